@@ -1,0 +1,24 @@
+"""Built-in checks, in the order they are shown."""
+
+from __future__ import annotations
+
+from typing import Tuple, Type
+
+from strata_doctor.checks.arena_fit import ArenaFit
+from strata_doctor.checks.cpu_contention import CpuContention
+from strata_doctor.checks.cpu_isa import CpuIsa
+from strata_doctor.checks.gpu_placement import GpuPlacementCheck
+from strata_doctor.checks.numa_binding import NumaBinding
+from strata_doctor.checks.numa_topology import NumaTopology
+from strata_doctor.checks.pcie_link import PcieLinkCheck
+from strata_doctor.registry import Check
+
+BUILTIN: Tuple[Type[Check], ...] = (
+    NumaTopology,
+    GpuPlacementCheck,
+    NumaBinding,
+    ArenaFit,
+    CpuContention,
+    PcieLinkCheck,
+    CpuIsa,
+)

@@ -1,0 +1,122 @@
+"""arena-fit: does the arena, with its K/V and headroom, fit the node it is bound to?"""
+
+from __future__ import annotations
+
+from typing import FrozenSet, Iterator, Optional
+
+from strata_doctor.binding import plan_for
+from strata_doctor.context import HostContext
+from strata_doctor.model import Evidence, Finding, Severity
+from strata_doctor.parse import format_bytes, parse_meminfo
+from strata_doctor.registry import Check
+
+
+class ArenaFit(Check):
+    """Compares the engine's pinned memory with the chosen node's memory.
+
+    Need = arena + K/V + headroom (default 4 GiB, ``headroom:`` in the config). On the seed
+    box that is 46.84 + 3.09 + 4 GiB against node 1's 64 GiB: it fits with room to spare.
+    Reads ``/sys/devices/system/node/nodeN/meminfo`` (MemTotal, MemFree) for the planned
+    node(s), or ``/proc/meminfo`` on a host with one node. Memory the running engine
+    already holds on the node counts as available to it. When the need exceeds MemTotal the
+    excess spills to the next node with a preferred policy; the finding says how much and
+    where. Skipped when no arena size is known (``--arena`` or ``arena:``).
+    """
+
+    id = "arena-fit"
+    title = "Arena fits the node"
+
+    def applies(self, ctx: HostContext) -> Optional[str]:
+        if ctx.config.arena_bytes is None:
+            return "no arena size (pass --arena or set arena: in the config)"
+        return None
+
+    def run(self, ctx: HostContext) -> Iterator[Finding]:
+        config = ctx.config
+        pinned = config.pinned_bytes or 0
+        need = pinned + config.headroom_bytes
+        nodes, total, free, where, evidence = self._capacity(ctx)
+        if total is None:
+            yield self.finding("unknown-memory", Severity.WARNING,
+                               "cannot read the memory size of the target node")
+            return
+        held = self._engine_bytes(ctx, nodes)
+        available = (free or 0) + held
+        arith = (
+            f"arena {format_bytes(config.arena_bytes or 0)} + K/V {format_bytes(config.kv_bytes)}"
+            f" = {format_bytes(pinned)}, plus {format_bytes(config.headroom_bytes)} headroom"
+        )
+        if need > total:
+            short = need - total
+            yield self.finding(
+                "does-not-fit", Severity.ERROR,
+                f"{arith} = {format_bytes(need)} does not fit {where} "
+                f"({format_bytes(total)}): short by {format_bytes(short)}",
+                detail=self._spill(ctx, nodes, short),
+                evidence=evidence,
+            )
+        elif need > available:
+            yield self.finding(
+                "low-free", Severity.WARNING,
+                f"{arith} fits {where} ({format_bytes(total)}) but only "
+                f"{format_bytes(available)} is free there now",
+                detail="Other processes or the page cache hold the node's memory; the arena "
+                "will spill to another node until they release it.",
+                evidence=evidence,
+            )
+        else:
+            yield self.finding(
+                "fits", Severity.OK,
+                f"{arith}: {format_bytes(pinned)} fits {where} ({format_bytes(total)}) with "
+                f"{format_bytes(total - need)} to spare",
+                evidence=evidence,
+            )
+
+    def _capacity(
+        self, ctx: HostContext
+    ) -> tuple[FrozenSet[int], Optional[int], Optional[int], str, tuple[Evidence, ...]]:
+        plan = plan_for(ctx)
+        if plan is None or not ctx.numa.nodes:
+            text = ctx.root.read("/proc/meminfo") or ""
+            info = parse_meminfo(text)
+            total, free = info.get("MemTotal"), info.get("MemAvailable", info.get("MemFree"))
+            ev = (Evidence("/proc/meminfo", f"MemTotal={format_bytes(total or 0)}"),)
+            return frozenset(), total, free, "this host", ev
+        nodes = [n for n in ctx.numa.nodes if n.id in plan.mem_nodes]
+        total = sum(n.memory_total or 0 for n in nodes)
+        free = sum(n.memory_free or 0 for n in nodes)
+        evidence = tuple(
+            Evidence(
+                f"/sys/devices/system/node/node{n.id}/meminfo",
+                f"MemTotal={format_bytes(n.memory_total or 0)} MemFree={format_bytes(n.memory_free or 0)}",
+            )
+            for n in nodes
+        )
+        label = "node " + plan.nodes_text if len(nodes) == 1 else "nodes " + plan.nodes_text
+        return plan.mem_nodes, total, free, label, evidence
+
+    def _engine_bytes(self, ctx: HostContext, nodes: FrozenSet[int]) -> int:
+        proc = ctx.engine_process
+        if proc is None:
+            return 0
+        if not nodes:
+            return proc.resident_bytes
+        return sum(proc.bytes_on(n) for n in nodes)
+
+    def _spill(self, ctx: HostContext, nodes: FrozenSet[int], short: int) -> str:
+        numa = ctx.numa
+        if not nodes:
+            return "The host does not have the memory; reduce the arena or the K/V cache."
+        first = numa.node(min(nodes))
+        others = sorted(
+            ((first.distance_to(n.id) or 999, n.id) for n in numa.nodes
+             if n.id not in nodes and n.has_memory),
+        ) if first else []
+        if not others:
+            return "No other node has memory to spill to; reduce the arena or the K/V cache."
+        distance, node_id = others[0]
+        return (
+            f"With a preferred policy the last {format_bytes(short)} spill to node {node_id} "
+            f"(distance {distance}): those experts are read remotely. Reduce the arena or the "
+            "K/V cache, or bind to more nodes."
+        )

@@ -1,0 +1,66 @@
+"""cpu-contention: other processes that share the GPU node's CPUs with the expert pool."""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+from strata_doctor.binding import plan_for
+from strata_doctor.context import HostContext
+from strata_doctor.model import Evidence, Finding, Severity
+from strata_doctor.parse import format_cpulist
+from strata_doctor.processes import read_uptime
+from strata_doctor.registry import Check
+
+TOP = 5
+
+
+class CpuContention(Check):
+    """Counts the other processes allowed to run on the engine node's CPUs.
+
+    The expert pool is CPU-bound: on the seed box 58-84% of routed experts ran on the
+    CPU. Any other process scheduled on the same cores steals cycles from it. The seed's
+    operator moved 184 non-engine processes to node 0 and reserved node 1 for the engine.
+    Reads ``/proc/PID/status`` (Cpus_allowed_list) and ``/proc/PID/stat`` (CPU time
+    since start) of every process, skipping kernel threads and the engine itself. Advisory
+    (info): ``strata-doctor fix --reserve-node`` moves the others away.
+    """
+
+    id = "cpu-contention"
+    title = "CPU contention on the engine's node"
+
+    def applies(self, ctx: HostContext) -> Optional[str]:
+        if len(ctx.numa.cpu_nodes) < 2:
+            return "one NUMA node with CPUs: no node to reserve"
+        if plan_for(ctx) is None:
+            return "no target node (no GPU, or its node is unknown)"
+        return None
+
+    def run(self, ctx: HostContext) -> Iterator[Finding]:
+        plan = plan_for(ctx)
+        assert plan is not None  # applies() ruled this out
+        engine_pid = ctx.unit.main_pid
+        uptime = read_uptime(ctx.root) or 0.0
+        others = [
+            p for p in ctx.processes
+            if not p.kernel_thread and p.pid != engine_pid and p.cpus_allowed & plan.cpus
+        ]
+        node_text = plan.nodes_text
+        if not others:
+            yield self.finding(
+                "reserved", Severity.OK,
+                f"no other process may run on node {node_text}'s CPUs",
+            )
+            return
+        load = sum(p.cpu_share(uptime) for p in others)
+        top = sorted(others, key=lambda p: p.cpu_share(uptime), reverse=True)[:TOP]
+        names = ", ".join(f"{p.name} ({p.pid}) {p.cpu_share(uptime):.2f}" for p in top)
+        yield self.finding(
+            "shared-cpus", Severity.INFO,
+            f"{len(others)} other processes may run on node {node_text}'s CPUs "
+            f"({format_cpulist(plan.cpus)}); together they averaged {load:.2f} CPUs",
+            detail=f"Busiest (average CPUs since start): {names}. "
+            "`strata-doctor fix --reserve-node` gives the engine its own slice on this node "
+            "and moves system.slice, user.slice and init.scope to the other nodes.",
+            evidence=(Evidence("/proc/*/status", f"{len(others)} processes with Cpus_allowed_list "
+                               f"overlapping {format_cpulist(plan.cpus)}"),),
+        )

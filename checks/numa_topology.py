@@ -1,0 +1,117 @@
+"""numa-topology: the host's NUMA nodes, their distances, and firmware quirks."""
+
+from __future__ import annotations
+
+from typing import Iterator, List
+
+from strata_doctor.context import HostContext
+from strata_doctor.model import Evidence, Finding, Severity
+from strata_doctor.parse import format_bytes, format_cpulist
+from strata_doctor.registry import Check
+
+NODE_DIR = "/sys/devices/system/node"
+
+
+class NumaTopology(Check):
+    """Lists the NUMA nodes with their CPUs, memory and distances.
+
+    Reads ``/sys/devices/system/node/nodeN/{cpulist,cpumap,meminfo,distance}`` and
+    ``/sys/devices/system/cpu/{online,offline}``. A host with one node has nothing to
+    bind and passes. On several nodes it says which nodes share a socket (sub-node
+    distances of 11-12, as Intel SNC and AMD NPS report) and how much slower remote
+    memory is (21/10 = 2.1x on a dual-socket Broadwell). Memory-only nodes (CXL, HBM,
+    GPU memory) are named: they are never used for CPU binding. Firmware quirks, such
+    as a distance row of zeros or asymmetric rows, are warnings because binding
+    decisions rest on them.
+    """
+
+    id = "numa-topology"
+    title = "NUMA topology"
+
+    def run(self, ctx: HostContext) -> Iterator[Finding]:
+        numa = ctx.numa
+        if not numa.nodes:
+            yield self.finding(
+                "no-numa", Severity.OK,
+                "the kernel exposes no NUMA nodes: one memory domain, nothing to bind",
+                evidence=(Evidence(NODE_DIR, "missing or empty"),),
+            )
+            return
+        evidence = tuple(self._node_evidence(ctx))
+        if len(numa.cpu_nodes) <= 1 and len(numa.nodes) == 1:
+            node = numa.nodes[0]
+            yield self.finding(
+                "single-node", Severity.OK,
+                f"one NUMA node ({len(node.cpus)} CPUs, "
+                f"{format_bytes(node.memory_total or 0)}): nothing to bind",
+                evidence=evidence,
+            )
+        else:
+            yield self._layout(ctx, evidence)
+        yield from self._special_nodes(ctx)
+        for quirk in numa.quirks:
+            yield self.finding(
+                "firmware-quirk", Severity.WARNING, quirk,
+                detail="Binding advice rests on the firmware's distance table (SLIT); "
+                "check the BIOS NUMA settings.",
+            )
+        if numa.offline_cpus:
+            yield self.finding(
+                "offline-cpus", Severity.INFO,
+                f"{len(numa.offline_cpus)} CPUs are offline ({format_cpulist(numa.offline_cpus)}); "
+                "they are left out of every CPU list",
+                evidence=(Evidence("/sys/devices/system/cpu/offline", format_cpulist(numa.offline_cpus)),),
+            )
+
+    def _node_evidence(self, ctx: HostContext) -> Iterator[Evidence]:
+        for node in ctx.numa.nodes:
+            row = " ".join(str(d) for _, d in node.distances)
+            yield Evidence(
+                f"{NODE_DIR}/node{node.id}",
+                f"{node.cpus_source}={format_cpulist(node.all_cpus) or '(none)'} "
+                f"MemTotal={format_bytes(node.memory_total or 0)} distance={row or '(none)'}",
+            )
+
+    def _layout(self, ctx: HostContext, evidence: tuple[Evidence, ...]) -> Finding:
+        numa = ctx.numa
+        cpu_nodes = numa.cpu_nodes
+        local = min((d for n in cpu_nodes for o, d in n.distances if o == n.id), default=10)
+        remote = max((d for n in cpu_nodes for o, d in n.distances if o != n.id and d), default=0)
+        parts = [
+            f"node{n.id}: {format_cpulist(n.cpus) or 'no CPUs'}, {format_bytes(n.memory_total or 0)}"
+            for n in numa.nodes
+        ]
+        summary = f"{len(numa.nodes)} NUMA nodes"
+        if remote:
+            summary += f", distance {local}/{remote} (remote memory {remote / local:.1f}x local)"
+        detail = "; ".join(parts) + "."
+        groups = self._socket_groups(ctx)
+        if groups:
+            detail += " " + " ".join(groups)
+        return self.finding("layout", Severity.OK, summary, detail=detail, evidence=evidence)
+
+    def _socket_groups(self, ctx: HostContext) -> List[str]:
+        lines = []
+        cpu = ctx.cpu
+        for pkg in sorted({p for _, p in cpu.package_of}):
+            nodes = [n.id for n in ctx.numa.cpu_nodes if pkg in cpu.packages_in(n.cpus)]
+            if len(nodes) > 1:
+                lines.append(
+                    f"Socket {pkg} is split into sub-nodes {','.join(map(str, nodes))} (SNC/NPS)."
+                )
+        return lines
+
+    def _special_nodes(self, ctx: HostContext) -> Iterator[Finding]:
+        for node in ctx.numa.nodes:
+            if node.memory_only:
+                yield self.finding(
+                    "memory-only-node", Severity.INFO,
+                    f"node {node.id} has {format_bytes(node.memory_total or 0)} of memory and no "
+                    "CPUs (CXL, HBM or GPU memory): never used for CPU binding",
+                )
+            elif node.cpus and not node.has_memory:
+                yield self.finding(
+                    "memoryless-node", Severity.INFO,
+                    f"node {node.id} has CPUs ({format_cpulist(node.cpus)}) but no memory: "
+                    "its CPUs always read remote memory",
+                )

@@ -1,0 +1,5 @@
+"""Allows ``python -m strata_doctor``."""
+
+from strata_doctor.cli import main
+
+main()

@@ -1,0 +1,213 @@
+"""Where the engine should run: the binding plan, and whether the engine already follows it.
+
+The plan binds memory with a *preferred* policy (``numactl --preferred``), never
+``--membind``: a bound allocation fails hard when the node fills, a preferred one spills.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import FrozenSet, List, Optional, Tuple
+
+from strata_doctor.context import HostContext, cpus_of
+from strata_doctor.engine import EngineProcess, UnitBinding, UnitState
+from strata_doctor.facts import NumaFacts, NumaNode
+from strata_doctor.parse import format_cpulist, parse_cpulist, parse_int
+
+SAME_SOCKET_MAX_DISTANCE = 12  # SNC / NPS sub-nodes report 11-12; a socket hop is 20+
+
+
+@dataclass(frozen=True)
+class BindingPlan:
+    """The nodes the engine's memory and CPUs should use, and why."""
+
+    mem_nodes: FrozenSet[int]
+    """Nodes for the arena (``--preferred`` / ``NUMAMask``)."""
+    cpu_nodes: FrozenSet[int]
+    """Nodes whose CPUs run the expert pool (``--cpunodebind``)."""
+    cpus: FrozenSet[int]
+    """Online CPUs of ``cpu_nodes``."""
+    policy: str
+    """``preferred``, ``preferred-many`` (Linux 5.15+) or ``interleave``."""
+    reasons: Tuple[str, ...]
+    """One line per decision taken."""
+
+    @property
+    def nodes_text(self) -> str:
+        """Memory nodes as a comma list."""
+        return ",".join(str(n) for n in sorted(self.mem_nodes))
+
+
+def socket_siblings(numa: NumaFacts, node: NumaNode) -> FrozenSet[int]:
+    """CPU nodes at sub-node distance from ``node`` (SNC/NPS), including itself."""
+    near = {node.id}
+    for other in numa.cpu_nodes:
+        distance = node.distance_to(other.id)
+        if distance is not None and 0 < distance <= SAME_SOCKET_MAX_DISTANCE:
+            near.add(other.id)
+    return frozenset(near)
+
+
+def nearest_cpu_node(numa: NumaFacts, node: NumaNode) -> Optional[NumaNode]:
+    """The CPU node closest to a CPU-less node (its own id when it has CPUs)."""
+    if node.cpus:
+        return node
+    ranked = sorted(
+        (d, n.id) for n in numa.cpu_nodes if (d := node.distance_to(n.id)) is not None and d > 0
+    )
+    return numa.node(ranked[0][1]) if ranked else None
+
+
+def kernel_at_least(release: Optional[str], major: int, minor: int) -> bool:
+    """Whether ``/proc/sys/kernel/osrelease`` is at least ``major.minor``."""
+    if not release:
+        return False
+    parts = release.split(".")
+    found = (parse_int(parts[0]) or 0, parse_int((parts[1] if len(parts) > 1 else "0").split("-")[0]) or 0)
+    return found >= (major, minor)
+
+
+def plan_for(ctx: HostContext) -> Optional[BindingPlan]:
+    """The binding plan for this host; None when there is nothing to bind to."""
+    numa = ctx.numa
+    target = ctx.target_node
+    node = numa.node(target) if target is not None else None
+    if node is None or len(numa.cpu_nodes) < 2:
+        return None
+    reasons: List[str] = []
+    cpu_node = nearest_cpu_node(numa, node)
+    if cpu_node is None:
+        return None
+    if cpu_node.id != node.id:
+        reasons.append(
+            f"node {node.id} has no CPUs; the pool runs on the nearest CPU node {cpu_node.id}"
+        )
+    mem_nodes = frozenset({node.id}) if node.has_memory else frozenset({cpu_node.id})
+    policy = "preferred"
+    need = ctx.config.pinned_bytes
+    if need is not None and need + ctx.config.headroom_bytes > _total(numa, mem_nodes):
+        siblings = socket_siblings(numa, cpu_node)
+        if len(siblings) > 1:
+            mem_nodes = siblings
+            many = kernel_at_least(ctx.root.read_value("/proc/sys/kernel/osrelease"), 5, 15)
+            policy = "preferred-many" if many else "interleave"
+            reasons.append(
+                f"the arena does not fit node {node.id} alone; node {node.id} shares its socket "
+                f"with node(s) {','.join(str(n) for n in sorted(siblings - {node.id}))}, so the "
+                f"plan uses the socket's nodes ({policy}"
+                + (", Linux 5.15+)" if many else "; preferred-many needs Linux 5.15+)")
+            )
+    cpu_nodes = mem_nodes if policy != "preferred" else frozenset({cpu_node.id})
+    return BindingPlan(mem_nodes, cpu_nodes, cpus_of(numa, cpu_nodes), policy, tuple(reasons))
+
+
+def _total(numa: NumaFacts, nodes: FrozenSet[int]) -> int:
+    return sum(n.memory_total or 0 for n in numa.nodes if n.id in nodes)
+
+
+@dataclass(frozen=True)
+class BindingState:
+    """Whether the engine follows the plan: in effect now, only configured, or neither."""
+
+    effective: Optional[bool]
+    """True/False from the running engine or the loaded unit; None when unknown."""
+    configured: bool
+    """True when unit files or drop-ins on disk bind the engine as planned."""
+    evidence: Tuple[Tuple[str, str], ...]
+    """(source, value) pairs the decision rests on."""
+    wrong: Optional[str] = None
+    """Set when the engine is bound, but elsewhere."""
+
+
+def assess(ctx: HostContext, plan: BindingPlan) -> BindingState:
+    """Compare the engine's binding (process, unit, files) with the plan."""
+    evidence: List[Tuple[str, str]] = []
+    effective: Optional[bool] = None
+    wrong: Optional[str] = None
+    proc = ctx.engine_process
+    unit = ctx.unit
+    if proc is not None:
+        effective, wrong = _process_follows(proc, plan, evidence)
+    elif unit.loaded:
+        effective, wrong = _unit_follows(unit, plan, evidence)
+    configured = _files_follow(ctx.configured_binding, plan, evidence)
+    return BindingState(effective, configured, tuple(evidence), wrong)
+
+
+def _process_follows(
+    proc: EngineProcess, plan: BindingPlan, evidence: List[Tuple[str, str]]
+) -> Tuple[bool, Optional[str]]:
+    evidence.append((f"/proc/{proc.pid}/status", f"Cpus_allowed_list: {format_cpulist(proc.cpus_allowed)}"))
+    total = proc.resident_bytes
+    local = sum(proc.bytes_on(n) for n in plan.mem_nodes)
+    spread = ", ".join(f"N{n}={size / 2**30:.2f} GiB" for n, size in proc.memory_by_node)
+    evidence.append((f"/proc/{proc.pid}/numa_maps", spread or "no pages"))
+    cpus_ok = bool(proc.cpus_allowed) and proc.cpus_allowed <= plan.cpus
+    preferred = any(_policy_nodes(p) <= plan.mem_nodes and _policy_nodes(p)
+                    for p, size in proc.policies if size * 2 >= total > 0)
+    mem_ok = preferred or (total > 0 and local * 10 >= total * 9)
+    if cpus_ok and mem_ok:
+        return True, None
+    return False, _elsewhere(proc.cpus_allowed, plan)
+
+
+def _policy_nodes(policy: str) -> FrozenSet[int]:
+    kind, _, nodes = policy.partition(":")
+    if kind not in ("prefer", "bind", "interleave", "preferred-many", "prefer (many)"):
+        return frozenset()
+    return parse_cpulist(nodes)
+
+
+def _elsewhere(cpus: FrozenSet[int], plan: BindingPlan) -> Optional[str]:
+    if cpus and not (cpus & plan.cpus):
+        return f"its CPUs {format_cpulist(cpus)} are all off the planned node(s) {plan.nodes_text}"
+    return None
+
+
+def _unit_follows(
+    unit: UnitState, plan: BindingPlan, evidence: List[Tuple[str, str]]
+) -> Tuple[bool, Optional[str]]:
+    policy, mask = unit.get("NUMAPolicy"), unit.get("NUMAMask")
+    affinity = parse_cpulist(",".join(unit.get("CPUAffinity").split()))
+    allowed = parse_cpulist(",".join(unit.get("AllowedCPUs").split()))
+    evidence.append(
+        (f"$ systemctl show {unit.name}",
+         f"NUMAPolicy={policy} NUMAMask={mask} CPUAffinity={unit.get('CPUAffinity')} "
+         f"AllowedCPUs={unit.get('AllowedCPUs')}")
+    )
+    mask_nodes = parse_cpulist(",".join(mask.split()))
+    mem_ok = (
+        policy in ("preferred", "bind", "interleave")
+        and bool(mask_nodes)
+        and mask_nodes <= plan.mem_nodes
+    )
+    cpu_set = affinity or allowed
+    cpus_ok = bool(cpu_set) and cpu_set <= plan.cpus
+    return cpus_ok and mem_ok, _elsewhere(cpu_set, plan)
+
+
+def _files_follow(
+    files: UnitBinding, plan: BindingPlan, evidence: List[Tuple[str, str]]
+) -> bool:
+    if files.exec_numactl:
+        evidence.append(("ExecStart", files.exec_numactl))
+        words = files.exec_numactl.split()
+        mems = plan.nodes_text
+        if files.exec_numactl == "strata-numa" or (
+            any(w in (f"--preferred={mems}", f"--preferred-many={mems}", f"--interleave={mems}")
+                for w in words)
+            and any(w.startswith("--cpunodebind=") for w in words)
+        ):
+            return True
+    if not files.files:
+        return False
+    mem_ok = files.numa_policy in ("preferred", "bind", "interleave") and bool(
+        files.numa_mask) and files.numa_mask <= plan.mem_nodes
+    cpu_set = files.cpu_affinity or files.allowed_cpus
+    cpus_ok = bool(cpu_set) and cpu_set <= plan.cpus
+    if mem_ok or cpus_ok:
+            evidence.append(
+            (files.files[-1], f"NUMAPolicy={files.numa_policy} NUMAMask="
+             f"{format_cpulist(files.numa_mask)} CPUAffinity={format_cpulist(files.cpu_affinity)}")
+        )
+    return mem_ok and cpus_ok

@@ -1,0 +1,223 @@
+"""The ``strata-doctor`` command line.
+
+Exit codes (docs/exit-codes.md): 0 ready, 1 a finding at or above ``--fail-on``,
+2 usage or configuration error, 3 a check crashed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+
+import click
+from strata_doctor import __version__
+from strata_doctor.model import Severity
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Sub-commands live in their own modules and are imported only when used, so that
+# ``check`` never pays for the template engine that ``fix`` and ``report`` need.
+LAZY_COMMANDS: Dict[str, str] = {
+    "check": "strata_doctor.cli:check_command",
+    "list-checks": "strata_doctor.cli:list_checks_command",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose sub-commands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> List[str]:
+        return sorted(LAZY_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
+        target = LAZY_COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, _, attr = target.partition(":")
+        command = getattr(importlib.import_module(module), attr)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="strata-doctor")
+def main() -> None:
+    """Find what makes this host slow or unstable for the Strata engine, and fix it."""
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    """The options every command shares: which host, and what the engine needs."""
+
+    root: str
+    config: Optional[str]
+    arena: Optional[str]
+    kv: Optional[str]
+    gpu: Optional[str]
+    unit: Optional[str]
+    bundle: Optional[str] = None
+
+
+def host_options(func: F) -> F:
+    """Add ``--root``, ``--bundle``, ``--config``, ``--arena``, ``--kv``, ``--gpu``, ``--unit``."""
+    options = [
+        click.option("--root", default="/", show_default=True, metavar="DIR",
+                     type=click.Path(exists=True, file_okay=False),
+                     help="Read the host from this captured tree instead of /."),
+        click.option("--bundle", metavar="FILE", type=click.Path(exists=True, dir_okay=False),
+                     help="Replay a host from a report bundle (.tar.gz)."),
+        click.option("--config", metavar="FILE",
+                     help="Engine config (default: /etc/strata-doctor.yaml under the root)."),
+        click.option("--arena", metavar="SIZE", help="Pinned expert arena, e.g. 46.84GiB."),
+        click.option("--kv", metavar="SIZE", help="Pinned K/V cache, e.g. 3.09GiB."),
+        click.option("--gpu", metavar="ADDRESS", help="Compute GPU's PCI address, e.g. 0000:84:00.0."),
+        click.option("--unit", metavar="NAME", help="Engine systemd unit (default strata.service)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def host_from_kwargs(kwargs: Dict[str, Any]) -> HostOptions:
+    """Pop the shared host options out of a command's keyword arguments."""
+    names = ("root", "config", "arena", "kv", "gpu", "unit", "bundle")
+    values = {name: kwargs.pop(name) for name in names}
+    return HostOptions(**values)
+
+
+class UsageFailure(click.ClickException):
+    """A configuration or usage error: one line, exit 2."""
+
+    exit_code = 2
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"strata-doctor: error: {self.format_message()}", err=True)
+
+
+def open_host(options: HostOptions) -> Tuple[Any, Any]:
+    """Build the Root and HostContext for the options; errors become exit 2."""
+    from strata_doctor.context import GpuChoiceError, HostContext
+    from strata_doctor.engine import ConfigError, apply_settings, load_config
+    from strata_doctor.root import Root
+
+    path = options.root
+    if options.bundle:
+        path = _unpack_bundle(options.bundle)
+    root = Root(path)
+    try:
+        config = load_config(root, options.config)
+        config = apply_settings(
+            config,
+            {"arena": options.arena, "kv": options.kv, "unit": options.unit, "gpu": options.gpu},
+            "command line",
+        )
+        ctx = HostContext(root, config)
+        if ctx.gpu_choice:
+            _ = ctx.placement  # validate --gpu now, as a usage error
+    except (ConfigError, GpuChoiceError) as exc:
+        raise UsageFailure(str(exc)) from None
+    return root, ctx
+
+
+def _unpack_bundle(path: str) -> str:
+    try:
+        bundle = importlib.import_module("strata_doctor.bundle")
+    except ImportError:
+        raise UsageFailure("--bundle: this build cannot read bundles") from None
+    try:
+        return str(bundle.unpack(path))
+    except (OSError, ValueError) as exc:
+        raise UsageFailure(f"{path}: not a strata-doctor bundle: {exc}") from None
+
+
+def use_color(stream: Any = None) -> bool:
+    """Colour only on a terminal, never under NO_COLOR (https://no-color.org)."""
+    if "NO_COLOR" in os.environ:
+        return False
+    stream = stream or sys.stdout
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def select_checks(ids: Sequence[str]) -> Tuple[List[Any], List[Any]]:
+    """The checks to run (all when ``ids`` is empty); unknown ids are a usage error."""
+    from strata_doctor.registry import all_checks
+
+    checks, failed = all_checks()
+    if not ids:
+        return checks, failed
+    known = {c.id: c for c in checks}
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        raise UsageFailure(f"unknown check {unknown[0]!r} (see strata-doctor list-checks)")
+    return [known[i] for i in ids], [c for c in failed if c.check in ids]
+
+
+def run_selected(ctx: Any, ids: Sequence[str], ignore: Sequence[str]) -> List[Any]:
+    """Run the selected checks; plug-ins that failed to load become crashed rows."""
+    from strata_doctor.model import CheckResult
+    from strata_doctor.registry import run_checks
+
+    checks, failed = select_checks(ids)
+    results = run_checks(ctx, checks, ignore)
+    results.extend(CheckResult(c.check, c.check, crash=c) for c in failed)
+    return results
+
+
+FAIL_ON = click.Choice(["error", "warning"])
+
+
+@click.command("check")
+@click.argument("check_ids", nargs=-1, metavar="[CHECK_ID]...")
+@host_options
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--ignore", multiple=True, metavar="ID",
+              help="Downgrade this check's (or CHECK/FINDING's) findings to info; repeatable.")
+@click.option("--fail-on", type=FAIL_ON, default="error", show_default=True,
+              help="Lowest severity that makes the exit code 1.")
+@click.option("-v", "--verbose", is_flag=True, help="Show details and the evidence read.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing when ready; one line per problem otherwise.")
+def check_command(check_ids: Tuple[str, ...], fmt: str, ignore: Tuple[str, ...], fail_on: str,
+                  verbose: bool, quiet: bool, **kwargs: Any) -> None:
+    """Check this host (or a captured one) for the engine; exit 1 when not ready."""
+    from strata_doctor import render
+
+    options = host_from_kwargs(kwargs)
+    _, ctx = open_host(options)
+    results = run_selected(ctx, check_ids, ignore)
+    threshold = Severity.parse(fail_on)
+    code = render.exit_code(results, threshold)
+    if fmt == "json":
+        click.echo(render.to_json(ctx, results, code), nl=False)
+    elif quiet:
+        for line in render.quiet_lines(results, threshold):
+            click.echo(line)
+    else:
+        click.echo(render.to_text(results, code, render.TextStyle(use_color()), verbose), nl=False)
+    sys.exit(code)
+
+
+@click.command("list-checks")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def list_checks_command(fmt: str) -> None:
+    """List the checks with their ids and titles."""
+    import json
+
+    from strata_doctor.registry import all_checks
+
+    checks, failed = all_checks()
+    if fmt == "json":
+        rows = [{"id": c.id, "title": c.title, "doc": (c.__doc__ or "").strip()} for c in checks]
+        click.echo(json.dumps(rows, indent=2))
+        return
+    width = max(len(c.id) for c in checks)
+    for cls in checks:
+        click.echo(f"{cls.id.ljust(width)}  {cls.title}")
+    for crash in failed:
+        click.echo(f"{crash.check.ljust(width)}  (failed to load: {crash.error})", err=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,350 @@
+"""The engine's settings (from options or YAML) and how it is bound right now.
+
+Settings come from ``--arena``-style options over ``/etc/strata-doctor.yaml`` (under the
+root) or ``--config FILE``. The binding comes from the engine unit (``systemctl show``,
+and the unit's drop-ins on disk for what is configured but not yet in effect) and from
+the engine's process (``/proc/PID/status`` and ``/proc/PID/numa_maps``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
+
+from strata_doctor.parse import (
+    parse_cpulist,
+    parse_int,
+    parse_key_values,
+    parse_numa_maps,
+    parse_size,
+    parse_status,
+)
+from strata_doctor.root import Command, CommandResult, Root, command_key
+
+DEFAULT_CONFIG = "/etc/strata-doctor.yaml"
+DEFAULT_UNIT = "strata.service"
+DEFAULT_HEADROOM = 4 * 1024**3
+HUGEPAGE_MODES = ("auto", "hugetlb", "thp")
+UNIT_PROPERTIES = (
+    "Id,LoadState,ActiveState,SubState,Result,NRestarts,MainPID,ControlGroup,Slice,"
+    "FragmentPath,DropInPaths,NUMAPolicy,NUMAMask,CPUAffinity,AllowedCPUs,"
+    "ManagedOOMMemoryPressure,ManagedOOMSwap,ManagedOOMPreference,MemoryHigh,MemoryMax,"
+    "ExecMainStatus"
+)
+UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system",
+             "/lib/systemd/system")
+
+
+class ConfigError(Exception):
+    """A bad configuration value; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What the engine will need, from options or the YAML config."""
+
+    arena_bytes: Optional[int] = None
+    """Pinned expert arena (``arena:``)."""
+    kv_bytes: int = 0
+    """Pinned K/V cache (``kv:``)."""
+    unit: str = DEFAULT_UNIT
+    """The engine's systemd unit (``unit:``)."""
+    workers: Optional[int] = None
+    """CPU expert-pool threads (``workers:``)."""
+    headroom_bytes: int = DEFAULT_HEADROOM
+    """Memory to keep free beside the arena (``headroom:``)."""
+    hugepages: str = "auto"
+    """``hugetlb``, ``thp`` or ``auto`` (try MAP_HUGETLB, fall back to THP)."""
+    gpu: Optional[str] = None
+    """Compute GPU's PCI address, when chosen (``gpu:``)."""
+    numa: str = "auto"
+    """``auto`` (the GPU's node), ``off``, or a node id (``numa:``)."""
+    source: Optional[str] = None
+    """The config file these came from, if any."""
+
+    @property
+    def pinned_bytes(self) -> Optional[int]:
+        """Arena plus K/V: what the engine pins in host RAM."""
+        return None if self.arena_bytes is None else self.arena_bytes + self.kv_bytes
+
+
+_KEYS = ("arena", "kv", "unit", "workers", "headroom", "hugepages", "gpu", "numa")
+
+
+def parse_config(data: object, source: str) -> EngineConfig:
+    """Validate a loaded YAML document into an :class:`EngineConfig`."""
+    if data is None:
+        return EngineConfig(source=source)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of settings, got {type(data).__name__}")
+    unknown = sorted(str(k) for k in data if k not in _KEYS)
+    if unknown:
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r} (known: {', '.join(_KEYS)})")
+    return apply_settings(EngineConfig(source=source), data, source)
+
+
+def apply_settings(config: EngineConfig, values: Mapping[str, object], source: str) -> EngineConfig:
+    """Overlay settings (from YAML or options) on ``config``; None values are skipped."""
+    changes: Dict[str, object] = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        try:
+            changes.update(_convert(key, value))
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {key}: {exc}") from None
+    return replace(config, **changes)  # type: ignore[arg-type]
+
+
+def _convert(key: str, value: object) -> Dict[str, object]:
+    if key in ("arena", "kv", "headroom"):
+        size = parse_size(str(value))
+        return {{"arena": "arena_bytes", "kv": "kv_bytes"}.get(key, "headroom_bytes"): size}
+    if key == "workers":
+        if isinstance(value, bool) or not str(value).isdigit():
+            raise ValueError(f"expected a whole number, got {value!r}")
+        return {"workers": int(str(value))}
+    if key == "hugepages":
+        if str(value) not in HUGEPAGE_MODES:
+            raise ValueError(f"expected one of {', '.join(HUGEPAGE_MODES)}, got {value!r}")
+        return {"hugepages": str(value)}
+    if key == "numa":
+        text = str(value)
+        if text not in ("auto", "off") and not text.isdigit():
+            raise ValueError(f"expected auto, off or a node id, got {value!r}")
+        return {"numa": text}
+    if key == "unit":
+        text = str(value)
+        if not text or "/" in text or any(ch.isspace() for ch in text):
+            raise ValueError(f"not a unit name: {value!r}")
+        return {"unit": text if "." in text else text + ".service"}
+    if key == "gpu":
+        return {"gpu": str(value)}
+    raise ValueError(f"unknown setting {key!r}")
+
+
+def load_config(root: Root, path: Optional[str]) -> EngineConfig:
+    """Load ``path`` (a real path given by the user) or the default file under the root."""
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text: Optional[str] = handle.read()
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        source = path
+    else:
+        text = root.read(DEFAULT_CONFIG)
+        source = str(root.path(DEFAULT_CONFIG)) if not root.live else DEFAULT_CONFIG
+        if text is None:
+            return EngineConfig()
+    import yaml  # only when a config exists: yaml costs start-up time
+
+    try:
+        data = yaml.safe_load(text or "")
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{source}:{where} not valid YAML") from None
+    return parse_config(data, source)
+
+
+@dataclass(frozen=True)
+class UnitState:
+    """The engine unit as systemd sees it, from ``systemctl show UNIT``."""
+
+    name: str
+    """Unit name."""
+    properties: Tuple[Tuple[str, str], ...]
+    """Every ``Key=Value`` pair shown."""
+    available: bool
+    """False when systemctl is missing or failed (no systemd, a container)."""
+    reason: str = ""
+    """Why it is unavailable."""
+
+    def get(self, key: str) -> str:
+        """A property's value ('' when absent)."""
+        for name, value in self.properties:
+            if name == key:
+                return value
+        return ""
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the unit exists."""
+        return self.available and self.get("LoadState") == "loaded"
+
+    @property
+    def main_pid(self) -> Optional[int]:
+        """The unit's main process, when running."""
+        pid = parse_int(self.get("MainPID"))
+        return pid if pid else None
+
+
+def unit_command(unit: str) -> Command:
+    """The ``systemctl show`` command for a unit."""
+    return Command(
+        command_key(["systemctl", "show", unit]),
+        ("systemctl", "show", unit, f"--property={UNIT_PROPERTIES}", "--no-pager"),
+    )
+
+
+def read_unit(root: Root, unit: str) -> UnitState:
+    """Read a unit's state via ``systemctl show`` (replayed under a captured root)."""
+    result = root.run(unit_command(unit))
+    if not result.ok:
+        return UnitState(unit, (), False, _why(result))
+    return UnitState(unit, tuple(parse_key_values(result.stdout).items()), True)
+
+
+def _why(result: CommandResult) -> str:
+    if result.missing:
+        return f"{result.argv[0]} not found (no systemd)"
+    if result.timed_out:
+        return f"{result.argv[0]} timed out"
+    err = result.stderr.strip().splitlines()
+    return f"{result.argv[0]} exited {result.status}" + (f": {err[0]}" if err else "")
+
+
+@dataclass(frozen=True)
+class UnitBinding:
+    """NUMA and CPU settings of a unit, from ``[Service]`` in its file and drop-ins."""
+
+    numa_policy: Optional[str] = None
+    numa_mask: FrozenSet[int] = frozenset()
+    cpu_affinity: FrozenSet[int] = frozenset()
+    allowed_cpus: FrozenSet[int] = frozenset()
+    slice: Optional[str] = None
+    exec_numactl: Optional[str] = None
+    """The ``numactl ...`` or wrapper prefix of ExecStart, when it has one."""
+    files: Tuple[str, ...] = ()
+    """The unit files and drop-ins these came from."""
+
+
+def read_configured_binding(root: Root, unit: str) -> UnitBinding:
+    """Merge the unit file and its ``UNIT.d/*.conf`` drop-ins, as systemd would on reload."""
+    files: List[str] = []
+    for directory in UNIT_DIRS:
+        if root.read(f"{directory}/{unit}") is not None:
+            files.append(f"{directory}/{unit}")
+            break
+    dropins: Dict[str, str] = {}
+    for directory in reversed(UNIT_DIRS):
+        for name in root.listdir(f"{directory}/{unit}.d"):
+            if name.endswith(".conf"):
+                dropins[name] = f"{directory}/{unit}.d/{name}"
+    files.extend(dropins[name] for name in sorted(dropins))
+    binding = UnitBinding(files=tuple(files))
+    for path in files:
+        binding = _merge_service_section(binding, root.read(path) or "")
+    return binding
+
+
+def _merge_service_section(binding: UnitBinding, text: str) -> UnitBinding:
+    changes: Dict[str, object] = {}
+    for key, value in _service_items(text):
+        if key == "NUMAPolicy":
+            changes["numa_policy"] = value or None
+        elif key == "NUMAMask":
+            changes["numa_mask"] = _cpu_set(value)
+        elif key == "CPUAffinity":
+            changes["cpu_affinity"] = _cpu_set(value)
+        elif key == "AllowedCPUs":
+            changes["allowed_cpus"] = _cpu_set(value)
+        elif key == "Slice":
+            changes["slice"] = value or None
+        elif key == "ExecStart":
+            changes["exec_numactl"] = _numactl_prefix(value)
+    return replace(binding, **changes)  # type: ignore[arg-type]
+
+
+def _cpu_set(value: str) -> FrozenSet[int]:
+    # systemd accepts spaces as well as commas between ranges.
+    return parse_cpulist(",".join(value.split()))
+
+
+def _service_items(text: str) -> List[Tuple[str, str]]:
+    items: List[Tuple[str, str]] = []
+    section = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+            continue
+        if section == "Service" and "=" in line:
+            key, _, value = line.partition("=")
+            items.append((key.strip(), value.strip()))
+    return items
+
+
+def _numactl_prefix(exec_start: str) -> Optional[str]:
+    words = exec_start.lstrip("@-:+!").split()
+    if not words:
+        return None
+    program = words[0].rsplit("/", 1)[-1]
+    if program == "numactl":
+        options = [w for w in words[1:] if w.startswith("-")]
+        return " ".join(["numactl", *options])
+    if program == "strata-numa":
+        return "strata-numa"
+    return None
+
+
+@dataclass(frozen=True)
+class EngineProcess:
+    """The running engine, from ``/proc/PID/status`` and ``/proc/PID/numa_maps``."""
+
+    pid: int
+    cpus_allowed: FrozenSet[int]
+    """``Cpus_allowed_list``."""
+    mems_allowed: FrozenSet[int]
+    """``Mems_allowed_list``."""
+    memory_by_node: Tuple[Tuple[int, int], ...]
+    """(node, bytes) summed over numa_maps, as ``numastat -p`` does."""
+    policies: Tuple[Tuple[str, int], ...]
+    """(policy such as ``prefer:1`` or ``default``, bytes under it)."""
+
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes the process has on any node."""
+        return sum(size for _, size in self.memory_by_node)
+
+    def bytes_on(self, node: int) -> int:
+        """Bytes the process has on ``node``."""
+        return dict(self.memory_by_node).get(node, 0)
+
+
+def read_process(root: Root, pid: int) -> Optional[EngineProcess]:
+    """Read the engine's process; None when it is gone."""
+    status_text = root.read(f"/proc/{pid}/status")
+    if status_text is None:
+        return None
+    status = parse_status(status_text)
+    maps = root.read(f"/proc/{pid}/numa_maps") or ""
+    return EngineProcess(
+        pid=pid,
+        cpus_allowed=parse_cpulist(status.get("Cpus_allowed_list", "")),
+        mems_allowed=parse_cpulist(status.get("Mems_allowed_list", "")),
+        memory_by_node=tuple(sorted(parse_numa_maps(maps).items())),
+        policies=tuple(sorted(_policy_bytes(maps).items())),
+    )
+
+
+def _policy_bytes(text: str) -> Dict[str, int]:
+    totals: Dict[str, int] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) < 2:
+            continue
+        size = sum(parse_numa_maps(line).values())
+        totals[words[1]] = totals.get(words[1], 0) + size
+    return totals
+
+
+Number = Union[int, float]
+
+
+def ratio(a: Number, b: Number) -> float:
+    """a / b, or 0 when b is 0."""
+    return float(a) / float(b) if b else 0.0

@@ -1,0 +1,233 @@
+"""Pure parsers for kernel text formats; each takes a string and never reads a file.
+
+They accept what real kernels write, including NUL padding, trailing newlines and empty
+files, and raise nothing on garbage: unparseable input yields an empty or partial value.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, FrozenSet, List, Optional, Tuple
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1024**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1024**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+MAX_CPU = 1 << 16  # far above any real host; bounds garbage like "0-4294967295"
+
+
+def _clean(text: str) -> str:
+    return text.replace("\0", "").strip()
+
+
+def parse_cpulist(text: str) -> FrozenSet[int]:
+    """Parse a cpulist such as ``0-21,44-65`` (also ``0-7:2`` strides); '' is empty."""
+    cpus: set[int] = set()
+    for part in _clean(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        stride = 1
+        if ":" in part:
+            part, _, step = part.partition(":")
+            if not step.isdigit() or int(step) == 0:
+                continue
+            stride = int(step)
+        lo_text, sep, hi_text = part.partition("-")
+        if not lo_text.isdigit() or (sep and not hi_text.isdigit()):
+            continue
+        lo = int(lo_text)
+        hi = int(hi_text) if sep else lo
+        if hi < lo or hi >= MAX_CPU:
+            continue
+        cpus.update(range(lo, hi + 1, stride))
+    return frozenset(cpus)
+
+
+def parse_cpumap(text: str) -> FrozenSet[int]:
+    """Parse a hex cpumask such as ``00000000,0000ffff`` (rightmost word is CPUs 0-31)."""
+    digits = _clean(text).replace(",", "")
+    if not digits or any(ch not in "0123456789abcdefABCDEF" for ch in digits):
+        return frozenset()
+    value = int(digits, 16)
+    cpus = set()
+    bit = 0
+    while value and bit < MAX_CPU:
+        if value & 1:
+            cpus.add(bit)
+        value >>= 1
+        bit += 1
+    return frozenset(cpus)
+
+
+def format_cpulist(cpus: FrozenSet[int] | List[int] | Tuple[int, ...]) -> str:
+    """Format CPU ids as the kernel does: ``0-21,44-65``."""
+    ordered = sorted(set(cpus))
+    ranges: List[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        ranges.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(ranges)
+
+
+def parse_distance(text: str) -> Tuple[int, ...]:
+    """Parse a node's ``distance`` row (``10 21``); non-numbers end the row."""
+    values: List[int] = []
+    for word in _clean(text).split():
+        if not word.isdigit():
+            break
+        values.append(int(word))
+    return tuple(values)
+
+
+def parse_meminfo(text: str) -> Dict[str, int]:
+    """Parse ``/proc/meminfo`` or a node's ``meminfo``; values with ``kB`` become bytes.
+
+    Node files prefix each line with ``Node 0``; that prefix is dropped. Counts without a
+    unit (HugePages_Total) stay counts.
+    """
+    result: Dict[str, int] = {}
+    for line in text.replace("\0", "").splitlines():
+        key, sep, rest = line.partition(":")
+        if not sep:
+            continue
+        key = key.strip()
+        if key.startswith("Node "):
+            key = key.split(None, 2)[-1] if len(key.split(None, 2)) == 3 else key
+        words = rest.split()
+        if not words or not words[0].isdigit():
+            continue
+        value = int(words[0])
+        if len(words) > 1 and words[1].lower() == "kb":
+            value *= 1024
+        result[key] = value
+    return result
+
+
+def parse_key_values(text: str, sep: str = "=") -> Dict[str, str]:
+    """Parse ``Key=Value`` lines (``systemctl show``, os-release); later keys win."""
+    result: Dict[str, str] = {}
+    for line in text.replace("\0", "").splitlines():
+        key, found, value = line.partition(sep)
+        if found and key.strip():
+            result[key.strip()] = value.strip()
+    return result
+
+
+def parse_status(text: str) -> Dict[str, str]:
+    """Parse ``/proc/PID/status`` into raw string values (``Key:\\tvalue``)."""
+    return parse_key_values(text, ":")
+
+
+def parse_cpuinfo(text: str) -> List[Dict[str, str]]:
+    """Parse ``/proc/cpuinfo`` into one dict per processor block."""
+    blocks: List[Dict[str, str]] = []
+    current: Dict[str, str] = {}
+    for line in text.replace("\0", "").splitlines():
+        if not line.strip():
+            if current:
+                blocks.append(current)
+                current = {}
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            current[key.strip()] = value.strip()
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def parse_size(text: str) -> int:
+    """Parse a size like ``46.84GiB``, ``512 MiB``, ``64GB`` or ``1024`` into bytes.
+
+    Raises ValueError naming the text when it is not a size.
+    """
+    match = _SIZE_RE.match(str(text))
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _SIZE_UNITS:
+        raise ValueError(f"not a size: {text!r} (use e.g. 46.84GiB, 512MiB, 64GB)")
+    return round(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def format_bytes(value: int) -> str:
+    """Format bytes with a binary unit and two decimals: ``46.84 GiB``."""
+    sign = "-" if value < 0 else ""
+    amount = float(abs(value))
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if amount < 1024 or unit == "TiB":
+            return f"{sign}{amount:.0f} {unit}" if unit == "B" else f"{sign}{amount:.2f} {unit}"
+        amount /= 1024
+    return f"{value} B"  # pragma: no cover - loop always returns
+
+
+def parse_int(text: Optional[str]) -> Optional[int]:
+    """Parse a decimal (or ``0x`` hex) integer attribute; None when absent or garbage."""
+    if text is None:
+        return None
+    text = _clean(text)
+    try:
+        return int(text, 0) if text.lower().startswith(("0x", "-0x")) else int(text)
+    except ValueError:
+        return None
+
+
+def parse_numa_maps(text: str) -> Dict[int, int]:
+    """Sum pages per node over ``/proc/PID/numa_maps`` lines, weighted by page size.
+
+    Returns node id -> bytes, as ``numastat -p`` does.
+    """
+    per_node: Dict[int, int] = {}
+    for line in text.splitlines():
+        page = 4096
+        counts: List[Tuple[int, int]] = []
+        for word in line.split():
+            if word.startswith("N") and "=" in word:
+                node_text, _, pages_text = word[1:].partition("=")
+                if node_text.isdigit() and pages_text.isdigit():
+                    counts.append((int(node_text), int(pages_text)))
+            elif word.startswith("kernelpagesize_kB="):
+                size = word[18:]
+                if size.isdigit():
+                    page = int(size) * 1024
+        for node, pages in counts:
+            per_node[node] = per_node.get(node, 0) + pages * page
+    return per_node
+
+
+def parse_mounts(text: str) -> List[Tuple[str, str, str, str]]:
+    """Parse ``/proc/mounts`` into (device, mount point, fs type, options) with octal escapes
+    such as ``\\040`` decoded."""
+    mounts: List[Tuple[str, str, str, str]] = []
+    for line in text.replace("\0", "").splitlines():
+        words = line.split()
+        if len(words) < 4:
+            continue
+        mounts.append((_unescape(words[0]), _unescape(words[1]), words[2], words[3]))
+    return mounts
+
+
+def _unescape(text: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+
+
+def parse_bracketed_choice(text: str) -> Optional[str]:
+    """The selected word of ``always [madvise] never``; None when none is marked."""
+    match = re.search(r"\[([^\]]+)\]", text.replace("\0", ""))
+    return match.group(1) if match else None

@@ -1,0 +1,102 @@
+"""The process table, from ``/proc/PID/status`` and ``/proc/PID/stat`` through the root.
+
+Reading procfs through the root (rather than asking the live kernel through a library)
+means a captured host replays its processes exactly, and a bundle records them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import FrozenSet, List, Optional, Tuple
+
+from strata_doctor.parse import parse_cpulist, parse_int, parse_meminfo, parse_status
+from strata_doctor.root import Root
+
+CLOCK_TICKS = 100  # USER_HZ on every mainstream architecture
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One process, from ``/proc/PID/status`` and ``/proc/PID/stat``."""
+
+    pid: int
+    name: str
+    """``Name:`` (the comm, at most 15 characters)."""
+    ppid: int
+    """``PPid:``; 2 marks a kernel thread."""
+    uid: Optional[int]
+    """Real user id (``Uid:`` first field)."""
+    cpus_allowed: FrozenSet[int]
+    """``Cpus_allowed_list:``."""
+    hugetlb_bytes: int
+    """``HugetlbPages:`` in bytes (0 on kernels without the line)."""
+    cpu_seconds: float
+    """utime + stime from ``stat``, in seconds."""
+    start_seconds: float
+    """starttime from ``stat``, in seconds after boot."""
+
+    @property
+    def kernel_thread(self) -> bool:
+        """Kernel threads (children of kthreadd) cannot be moved and are not counted."""
+        return self.pid == 2 or self.ppid == 2
+
+    def cpu_share(self, uptime: float) -> float:
+        """Average CPUs used since the process started."""
+        alive = uptime - self.start_seconds
+        return self.cpu_seconds / alive if alive > 0 else 0.0
+
+
+def read_processes(root: Root) -> Tuple[ProcessInfo, ...]:
+    """Every process under ``/proc`` that could be read, in pid order."""
+    result: List[ProcessInfo] = []
+    pids = sorted(int(name) for name in root.listdir("/proc") if name.isdigit())
+    for pid in pids:
+        info = read_one(root, pid)
+        if info is not None:
+            result.append(info)
+    return tuple(result)
+
+
+def read_one(root: Root, pid: int) -> Optional[ProcessInfo]:
+    """One process; None when it exited while being read."""
+    status_text = root.read(f"/proc/{pid}/status")
+    if status_text is None:
+        return None
+    return parse_process(pid, status_text, root.read(f"/proc/{pid}/stat") or "")
+
+
+def parse_process(pid: int, status_text: str, stat_text: str) -> ProcessInfo:
+    """Build a :class:`ProcessInfo` from the text of ``status`` and ``stat``."""
+    status = parse_status(status_text)
+    uid_words = status.get("Uid", "").split()
+    hugetlb = parse_meminfo("HugetlbPages: " + status.get("HugetlbPages", "0 kB"))
+    cpu, start = _parse_stat(stat_text)
+    return ProcessInfo(
+        pid=pid,
+        name=status.get("Name", ""),
+        ppid=parse_int(status.get("PPid")) or 0,
+        uid=parse_int(uid_words[0]) if uid_words else None,
+        cpus_allowed=parse_cpulist(status.get("Cpus_allowed_list", "")),
+        hugetlb_bytes=hugetlb.get("HugetlbPages", 0),
+        cpu_seconds=cpu,
+        start_seconds=start,
+    )
+
+
+def _parse_stat(text: str) -> Tuple[float, float]:
+    # The comm field may hold spaces and parentheses: split after the last ')'.
+    _, _, rest = text.rpartition(")")
+    fields = rest.split()
+    if len(fields) < 20:
+        return 0.0, 0.0
+    utime, stime, start = (parse_int(fields[i]) or 0 for i in (11, 12, 19))
+    return (utime + stime) / CLOCK_TICKS, start / CLOCK_TICKS
+
+
+def read_uptime(root: Root) -> Optional[float]:
+    """Seconds since boot, from ``/proc/uptime``."""
+    words = (root.read("/proc/uptime") or "").split()
+    try:
+        return float(words[0]) if words else None
+    except ValueError:
+        return None

@@ -1,0 +1,147 @@
+"""Checks: the base class, the registry of built-ins and third-party plug-ins, the runner.
+
+Built-in checks are listed explicitly in :data:`strata_doctor.checks.BUILTIN`. Third-party
+checks register a :class:`Check` subclass in the entry-point group ``strata_doctor.checks.v1``;
+one that fails to load becomes a crashed row, never a crashed run.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any, ClassVar, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
+
+from strata_doctor.context import HostContext
+from strata_doctor.model import CheckResult, Crash, Finding, Severity, Skip
+from strata_doctor.root import Command
+
+ENTRY_POINT_GROUP = "strata_doctor.checks.v1"
+_ID = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+
+
+class Check:
+    """Base class of every check; the subclass's docstring is its documentation."""
+
+    id: ClassVar[str]
+    """Stable kebab-case id, used by ``--ignore`` and in JSON."""
+    title: ClassVar[str]
+    """Short human title for the text output."""
+
+    def commands(self, ctx: HostContext) -> Sequence[Command]:
+        """External commands this check will run, so they can be started together."""
+        return ()
+
+    def applies(self, ctx: HostContext) -> Optional[str]:
+        """None when the check should run, else the reason it is skipped."""
+        return None
+
+    def run(self, ctx: HostContext) -> Iterator[Finding]:
+        """Yield findings; must only read facts, never change the host."""
+        raise NotImplementedError
+
+    def finding(self, id: str, severity: Severity, summary: str, **extra: object) -> Finding:
+        """Build a finding of this check."""
+        return Finding(check=self.id, id=id, severity=severity, summary=summary, **extra)  # type: ignore[arg-type]
+
+
+def valid_id(check_id: str) -> bool:
+    """Whether a check id is kebab-case."""
+    return bool(_ID.match(check_id))
+
+
+def builtin_checks() -> Tuple[Type[Check], ...]:
+    """The built-in checks, in display order."""
+    from strata_doctor.checks import BUILTIN
+
+    return BUILTIN
+
+
+def plugin_checks() -> Tuple[List[Type[Check]], List[Crash]]:
+    """Third-party checks from the entry-point group, and those that failed to load."""
+    from importlib.metadata import entry_points
+
+    found: List[Type[Check]] = []
+    failed: List[Crash] = []
+    eps: List[Any]
+    if sys.version_info >= (3, 10):
+        eps = list(entry_points(group=ENTRY_POINT_GROUP))
+    else:  # Python 3.9's entry_points() returns a dict of groups
+        eps = list(entry_points().get(ENTRY_POINT_GROUP, []))
+    for ep in eps:
+        try:
+            cls = ep.load()
+            if not (isinstance(cls, type) and issubclass(cls, Check) and valid_id(cls.id)):
+                raise TypeError("not a Check subclass with a kebab-case id")
+            found.append(cls)
+        except Exception as exc:  # a broken plug-in must not break the run
+            failed.append(Crash(ep.name, f"failed to load: {type(exc).__name__}: {exc}"))
+    return found, failed
+
+
+def all_checks(with_plugins: bool = True) -> Tuple[List[Type[Check]], List[Crash]]:
+    """Built-ins then plug-ins (a plug-in reusing a built-in id is refused)."""
+    checks = list(builtin_checks())
+    if not with_plugins:
+        return checks, []
+    extra, failed = plugin_checks()
+    ids = {c.id for c in checks}
+    for cls in extra:
+        if cls.id in ids:
+            failed.append(Crash(cls.id, "plug-in reuses a built-in check id"))
+        else:
+            checks.append(cls)
+            ids.add(cls.id)
+    return checks, failed
+
+
+def run_checks(
+    ctx: HostContext,
+    checks: Iterable[Type[Check]],
+    ignore: Iterable[str] = (),
+) -> List[CheckResult]:
+    """Run each check; a crash becomes its own row and the others still run."""
+    instances = [cls() for cls in checks]
+    skips: Dict[str, Optional[str]] = {}
+    for check in instances:
+        skips[check.id] = _guarded_applies(check, ctx)
+    wanted = [c for c in instances if skips[c.id] is None]
+    ctx.root.run_all(cmd for c in wanted for cmd in _safe_commands(c, ctx))
+    ignored = frozenset(ignore)
+    return [_run_one(check, ctx, skips[check.id], ignored) for check in instances]
+
+
+def _guarded_applies(check: Check, ctx: HostContext) -> Optional[str]:
+    try:
+        return check.applies(ctx)
+    except Exception:
+        return None  # let run() raise it, so the crash is reported once, as a crash
+
+
+def _safe_commands(check: Check, ctx: HostContext) -> Sequence[Command]:
+    try:
+        return check.commands(ctx)
+    except Exception:
+        return ()
+
+
+def _run_one(
+    check: Check, ctx: HostContext, skip: Optional[str], ignored: frozenset[str]
+) -> CheckResult:
+    if skip is not None:
+        return CheckResult(check.id, check.title, skip=Skip(check.id, skip))
+    try:
+        findings = tuple(check.run(ctx))
+    except Exception as exc:
+        return CheckResult(check.id, check.title, crash=Crash(check.id, f"{type(exc).__name__}: {exc}"))
+    findings = tuple(_downgrade(f, ignored) for f in findings)
+    return CheckResult(check.id, check.title, findings=findings)
+
+
+def _downgrade(finding: Finding, ignored: frozenset[str]) -> Finding:
+    if finding.severity <= Severity.INFO or not (
+        finding.check in ignored or f"{finding.check}/{finding.id}" in ignored
+    ):
+        return finding
+    from dataclasses import replace
+
+    return replace(finding, severity=Severity.INFO, ignored=True)

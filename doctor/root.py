@@ -1,0 +1,242 @@
+"""The only way to read a host: files under one root, commands through one runner.
+
+``Root("/")`` reads the live host; ``Root("tests/fixtures/hosts/seed-box")`` replays a
+captured one. Every read is recorded, so ``report --bundle`` captures exactly what the
+checks looked at, and a new check is captured without more work.
+
+Capture layout for what is not a file (documented in docs/capture-layout.md)::
+
+    DIR/.strata-doctor/commands/<key>.txt   stdout of the command
+    DIR/.strata-doctor/commands/<key>.rc    exit status (absent means 0)
+    DIR/.strata-doctor/commands/<key>.err   stderr, when there was any
+
+A command whose ``.txt`` is absent under a captured root was not found on that host.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+CAPTURE_DIR = ".strata-doctor"
+COMMANDS_DIR = f"{CAPTURE_DIR}/commands"
+DEFAULT_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one external command produced."""
+
+    key: str
+    """Stable name of the command, used as its capture file name."""
+    argv: Tuple[str, ...]
+    """The command line as run on a live host."""
+    status: Optional[int]
+    """Exit status; None when the command was not found or timed out."""
+    stdout: str
+    """Standard output, decoded as UTF-8 with replacement."""
+    stderr: str = ""
+    """Standard error, decoded likewise."""
+    missing: bool = False
+    """True when the program does not exist on the host."""
+    timed_out: bool = False
+    """True when the command ran past its timeout."""
+
+    @property
+    def ok(self) -> bool:
+        """True when the command ran and exited 0."""
+        return self.status == 0
+
+    @property
+    def display(self) -> str:
+        """The command line for evidence lines."""
+        return "$ " + " ".join(self.argv)
+
+
+@dataclass(frozen=True)
+class Command:
+    """An external command the checks may need, with its capture key."""
+
+    key: str
+    argv: Tuple[str, ...]
+    timeout: float = DEFAULT_TIMEOUT
+
+
+class Root:
+    """A host's file system root plus its command runner.
+
+    Paths are host paths (``/sys/devices/...``); the root is prepended by joining parts,
+    never with ``os.path.join(root, "/abs")``, which would discard the root.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] = "/") -> None:
+        self.base = Path(path)
+        self.live = self.base.resolve() == Path("/")
+        self._cache: Dict[str, Optional[bytes]] = {}
+        self._commands: Dict[str, CommandResult] = {}
+        self._lock = threading.Lock()
+        self.reads: Dict[str, Optional[str]] = {}
+        """Host path -> None when read, or the reason it could not be read."""
+
+    # -- files ---------------------------------------------------------------
+    def path(self, host_path: str) -> Path:
+        """The real path of a host path under this root."""
+        rel = host_path.lstrip("/")
+        return self.base / rel if rel else self.base
+
+    def read_bytes(self, host_path: str) -> Optional[bytes]:
+        """Read a whole file in one call; None when it is missing or unreadable."""
+        if host_path in self._cache:
+            return self._cache[host_path]
+        data: Optional[bytes]
+        try:
+            with open(self.path(host_path), "rb") as handle:
+                # sysfs reports 4096 for every attribute: read until EOF, not st_size.
+                data = handle.read()
+            reason = None
+        except FileNotFoundError:
+            data, reason = None, "missing"
+        except PermissionError:
+            data, reason = None, "permission denied (needs root)"
+        except IsADirectoryError:
+            data, reason = None, "is a directory"
+        except OSError as exc:
+            data, reason = None, exc.strerror or type(exc).__name__
+        self._cache[host_path] = data
+        self.reads[host_path] = reason
+        return data
+
+    def read(self, host_path: str) -> Optional[str]:
+        """Read a text file; None when missing or unreadable. NUL bytes are dropped."""
+        data = self.read_bytes(host_path)
+        if data is None:
+            return None
+        return data.replace(b"\0", b"").decode("utf-8", "replace")
+
+    def read_value(self, host_path: str) -> Optional[str]:
+        """Read a one-value attribute, stripped; None when missing or empty."""
+        text = self.read(host_path)
+        if text is None:
+            return None
+        text = text.strip()
+        return text or None
+
+    def exists(self, host_path: str) -> bool:
+        """Whether a host path exists (a dangling link counts as existing)."""
+        return os.path.lexists(self.path(host_path))
+
+    def is_dir(self, host_path: str) -> bool:
+        """Whether a host path is a directory."""
+        return self.path(host_path).is_dir()
+
+    def listdir(self, host_path: str) -> List[str]:
+        """Sorted entries of a host directory; empty when missing or unreadable."""
+        try:
+            names = sorted(os.listdir(self.path(host_path)))
+        except OSError as exc:
+            self.reads.setdefault(host_path + "/", exc.strerror or "unreadable")
+            return []
+        self.reads.setdefault(host_path + "/", None)
+        return names
+
+    def readlink(self, host_path: str) -> Optional[str]:
+        """The target of a symlink as written (never resolved against the live host)."""
+        try:
+            target = os.readlink(self.path(host_path))
+        except OSError:
+            return None
+        self.reads.setdefault(host_path, None)
+        return target
+
+    def link_name(self, host_path: str) -> Optional[str]:
+        """The last component of a symlink's target, e.g. a driver's name."""
+        target = self.readlink(host_path)
+        return target.rstrip("/").rsplit("/", 1)[-1] if target else None
+
+    def file_size(self, host_path: str) -> Optional[int]:
+        """Size of a regular file in bytes, without reading it; None when missing."""
+        try:
+            return self.path(host_path).stat().st_size
+        except OSError:
+            return None
+
+    # -- commands ------------------------------------------------------------
+    def run(self, command: Command) -> CommandResult:
+        """Run one command (live) or replay its capture; results are cached by key."""
+        with self._lock:
+            cached = self._commands.get(command.key)
+        if cached is not None:
+            return cached
+        result = self._execute(command) if self.live else self._replay(command)
+        with self._lock:
+            self._commands[command.key] = result
+        return result
+
+    def run_all(self, commands: Iterable[Command]) -> None:
+        """Run several commands concurrently so slow ones overlap."""
+        todo = [c for c in commands if c.key not in self._commands]
+        if len(todo) <= 1 or not self.live:
+            for command in todo:
+                self.run(command)
+            return
+        with ThreadPoolExecutor(max_workers=len(todo)) as pool:
+            list(pool.map(self.run, todo))
+
+    @property
+    def commands(self) -> Dict[str, CommandResult]:
+        """Every command result so far, by key."""
+        return dict(self._commands)
+
+    def _replay(self, command: Command) -> CommandResult:
+        base = self.path(f"/{COMMANDS_DIR}/{command.key}")
+        out = _read_optional(base.with_suffix(".txt"))
+        if out is None:
+            return CommandResult(command.key, command.argv, None, "", missing=True)
+        rc_text = _read_optional(base.with_suffix(".rc"))
+        status = int(rc_text.strip()) if rc_text and rc_text.strip().lstrip("-").isdigit() else 0
+        err = _read_optional(base.with_suffix(".err")) or ""
+        return CommandResult(command.key, command.argv, status, out, err)
+
+    def _execute(self, command: Command) -> CommandResult:
+        if shutil.which(command.argv[0]) is None:
+            return CommandResult(command.key, command.argv, None, "", missing=True)
+        env = dict(os.environ, LC_ALL="C", SYSTEMD_PAGER="", SYSTEMD_COLORS="0")
+        try:
+            proc = subprocess.run(
+                list(command.argv),
+                capture_output=True,
+                timeout=command.timeout,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return CommandResult(command.key, command.argv, None, "", timed_out=True)
+        except OSError as exc:
+            return CommandResult(command.key, command.argv, None, "", stderr=str(exc), missing=True)
+        return CommandResult(
+            command.key,
+            command.argv,
+            proc.returncode,
+            proc.stdout.decode("utf-8", "replace"),
+            proc.stderr.decode("utf-8", "replace"),
+        )
+
+
+def _read_optional(path: Path) -> Optional[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def command_key(words: Sequence[str]) -> str:
+    """A file-name-safe key for a command, e.g. ``systemctl-show-strata.service``."""
+    safe = "-".join(words)
+    return "".join(ch if ch.isalnum() or ch in "._@-" else "_" for ch in safe)
