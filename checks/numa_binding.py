@@ -90,7 +90,12 @@ class NumaBinding(Check):
         all_cpus = numa.online_cpus
         kept_cores = ctx.cpu.cores_in(plan.cpus)
         total_cores = ctx.cpu.cores_in(frozenset(all_cpus))
-        ratio_text = self._distance_ratio(ctx, plan)
+        ratio = self._distance_ratio(ctx, plan)
+        ratio_text = (
+            f"remote memory costs {ratio[0]}/{ratio[1]} = {ratio[0] / ratio[1]:.1f}x local"
+            if ratio else ""
+        )
+        penalty = f"{ratio[0] / ratio[1]:.1f}x a local read" if ratio else "the remote penalty"
         summary = (
             f"{ctx.config.unit} is not bound to the GPU's node {gpu_node}"
             if not state.wrong else f"{ctx.config.unit} is bound to the wrong node"
@@ -98,8 +103,8 @@ class NumaBinding(Check):
         summary += f": {ratio_text}; run it under `{line}`" if ratio_text else f"; run it under `{line}`"
         detail = (
             f"Without a binding, first-touch spreads the arena over every node and the pool's "
-            f"threads run on all {len(all_cpus)} CPUs, so reads from the far node pay "
-            f"{ratio_text or 'the remote penalty'}. "
+            f"threads run on all {len(all_cpus)} CPUs, so reads from the far node cost "
+            f"{penalty}. "
             f"Binding keeps {kept_cores} of {total_cores} cores ({len(plan.cpus)} of "
             f"{len(all_cpus)} CPUs: {format_cpulist(plan.cpus)}) and is still faster, because every "
             f"expert read is local. Use --preferred, never --membind: a bound allocation fails "
@@ -118,7 +123,7 @@ class NumaBinding(Check):
             detail=detail, evidence=evidence, fix=fix,
         )
 
-    def _distance_ratio(self, ctx: HostContext, plan: BindingPlan) -> str:
+    def _distance_ratio(self, ctx: HostContext, plan: BindingPlan) -> Optional[Tuple[int, int]]:
         numa = ctx.numa
         ratios: List[Tuple[int, int]] = []
         for node_id in sorted(plan.cpu_nodes):
@@ -129,7 +134,4 @@ class NumaBinding(Check):
             far = [d for other, d in node.distances if other not in plan.mem_nodes and d]
             if local and far:
                 ratios.append((max(far), local))
-        if not ratios:
-            return ""
-        worst, local = max(ratios)
-        return f"remote memory costs {worst}/{local} = {worst / local:.1f}x local"
+        return max(ratios) if ratios else None

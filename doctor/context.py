@@ -122,7 +122,9 @@ def choose_compute_gpu(
             if gpu.address == address:
                 return gpu, f"chosen with --gpu/config ({address})"
         known = ", ".join(g.address for g in gpus) or "none"
-        raise GpuChoiceError(f"--gpu {wanted}: no display-class PCI function there (found: {known})")
+        raise GpuChoiceError(
+            f"--gpu {wanted}: no display-class PCI function at {address} (found: {known})"
+        )
     if not gpus:
         return None, "no display-class PCI function found"
     if len(gpus) == 1:

@@ -194,13 +194,14 @@ class Root:
         return dict(self._commands)
 
     def _replay(self, command: Command) -> CommandResult:
-        base = self.path(f"/{COMMANDS_DIR}/{command.key}")
-        out = _read_optional(base.with_suffix(".txt"))
+        # Keys contain dots (strata.service): append suffixes, never replace them.
+        base = str(self.path(f"/{COMMANDS_DIR}/{command.key}"))
+        out = _read_optional(Path(base + ".txt"))
         if out is None:
             return CommandResult(command.key, command.argv, None, "", missing=True)
-        rc_text = _read_optional(base.with_suffix(".rc"))
+        rc_text = _read_optional(Path(base + ".rc"))
         status = int(rc_text.strip()) if rc_text and rc_text.strip().lstrip("-").isdigit() else 0
-        err = _read_optional(base.with_suffix(".err")) or ""
+        err = _read_optional(Path(base + ".err")) or ""
         return CommandResult(command.key, command.argv, status, out, err)
 
     def _execute(self, command: Command) -> CommandResult:

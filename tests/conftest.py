@@ -1,0 +1,79 @@
+"""Shared test helpers: small host trees and an in-process CLI runner."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+from click.testing import CliRunner, Result
+
+from strata_doctor.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+HOSTS = REPO / "tests" / "fixtures" / "hosts"
+SHARED = REPO.parent / "shared"
+
+
+def write_tree(base: Path, files: Dict[str, str]) -> Path:
+    """Write ``{host path: content}`` under ``base``; a value starting '->' is a symlink."""
+    for host_path, content in files.items():
+        target = base / host_path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if content.startswith("->"):
+            os.symlink(content[2:], target)
+        else:
+            target.write_text(content)
+    return base
+
+
+def two_node_files(gpu_node: int = 1, unit_show: Optional[str] = None) -> Dict[str, str]:
+    """A small two-socket host: 4 CPUs per node, 16 GiB per node, distances 10/21, one GPU."""
+    node = "/sys/devices/system/node"
+    files = {
+        f"{node}/node0/cpulist": "0-3\n",
+        f"{node}/node1/cpulist": "4-7\n",
+        f"{node}/node0/distance": "10 21\n",
+        f"{node}/node1/distance": "21 10\n",
+        f"{node}/node0/meminfo": "Node 0 MemTotal:       16777216 kB\nNode 0 MemFree:        8388608 kB\n",
+        f"{node}/node1/meminfo": "Node 1 MemTotal:       16777216 kB\nNode 1 MemFree:        8388608 kB\n",
+        "/sys/devices/system/cpu/online": "0-7\n",
+        "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0/class": "0x030000\n",
+        "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0/vendor": "0x10de\n",
+        "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0/device": "0x1b06\n",
+        "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0/numa_node": f"{gpu_node}\n",
+        "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0/local_cpulist":
+            ("4-7" if gpu_node == 1 else "0-3") + "\n",
+        "/sys/bus/pci/devices/0000:81:00.0": "->../../../devices/pci0000:80/0000:80:01.0/0000:81:00.0",
+        "/proc/cpuinfo": "".join(
+            f"processor\t: {c}\nmodel name\t: Test CPU\nphysical id\t: {c // 4}\n"
+            f"core id\t\t: {c % 4}\nflags\t\t: fpu avx avx2\n\n"
+            for c in range(8)
+        ),
+        "/proc/meminfo": "MemTotal:       33554432 kB\nMemFree:        16777216 kB\n",
+    }
+    if unit_show is not None:
+        files["/.strata-doctor/commands/systemctl-show-strata.service.txt"] = unit_show
+    return files
+
+
+UNBOUND_UNIT = (
+    "Id=strata.service\nLoadState=loaded\nActiveState=active\nMainPID=0\n"
+    "NUMAPolicy=\nNUMAMask=\nCPUAffinity=\nAllowedCPUs=\n"
+)
+
+
+@pytest.fixture
+def two_node_host(tmp_path: Path) -> Path:
+    """A two-node host with the GPU on node 1 and an unbound, loaded engine unit."""
+    return write_tree(tmp_path / "host", two_node_files(unit_show=UNBOUND_UNIT))
+
+
+def run_cli(args: List[str], env: Optional[Dict[str, str]] = None) -> Result:
+    """Run strata-doctor in-process with stdout and stderr kept apart."""
+    try:
+        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]
+    except TypeError:  # click 8.2+ always keeps them apart
+        runner = CliRunner()
+    return runner.invoke(main, args, env=env, catch_exceptions=False)
