@@ -33,6 +33,12 @@ def _clean(text: str) -> str:
     return text.replace("\0", "").strip()
 
 
+def _is_uint(text: str) -> bool:
+    """ASCII decimal digits only: ``str.isdigit`` also accepts ``²``, which ``int`` rejects,
+    and ``int`` refuses more than 4300 digits; no kernel number is longer than 64."""
+    return 0 < len(text) <= 64 and text.isascii() and text.isdigit()
+
+
 def parse_cpulist(text: str) -> FrozenSet[int]:
     """Parse a cpulist such as ``0-21,44-65`` (also ``0-7:2`` strides); '' is empty."""
     cpus: set[int] = set()
@@ -43,11 +49,11 @@ def parse_cpulist(text: str) -> FrozenSet[int]:
         stride = 1
         if ":" in part:
             part, _, step = part.partition(":")
-            if not step.isdigit() or int(step) == 0:
+            if not _is_uint(step) or int(step) == 0:
                 continue
             stride = int(step)
         lo_text, sep, hi_text = part.partition("-")
-        if not lo_text.isdigit() or (sep and not hi_text.isdigit()):
+        if not _is_uint(lo_text) or (sep and not _is_uint(hi_text)):
             continue
         lo = int(lo_text)
         hi = int(hi_text) if sep else lo
@@ -91,7 +97,7 @@ def parse_distance(text: str) -> Tuple[int, ...]:
     """Parse a node's ``distance`` row (``10 21``); non-numbers end the row."""
     values: List[int] = []
     for word in _clean(text).split():
-        if not word.isdigit():
+        if not _is_uint(word):
             break
         values.append(int(word))
     return tuple(values)
@@ -112,7 +118,7 @@ def parse_meminfo(text: str) -> Dict[str, int]:
         if key.startswith("Node "):
             key = key.split(None, 2)[-1] if len(key.split(None, 2)) == 3 else key
         words = rest.split()
-        if not words or not words[0].isdigit():
+        if not words or not _is_uint(words[0]):
             continue
         value = int(words[0])
         if len(words) > 1 and words[1].lower() == "kb":
@@ -163,7 +169,10 @@ def parse_size(text: str) -> int:
     unit = match.group(2).lower() if match else None
     if not match or unit not in _SIZE_UNITS:
         raise ValueError(f"not a size: {text!r} (use e.g. 46.84GiB, 512MiB, 64GB)")
-    return round(float(match.group(1)) * _SIZE_UNITS[unit])
+    try:
+        return round(float(match.group(1)) * _SIZE_UNITS[unit])
+    except OverflowError:  # hundreds of digits overflow the float to infinity
+        raise ValueError(f"not a size: {text!r} (too large)") from None
 
 
 def format_bytes(value: int) -> str:
@@ -200,11 +209,11 @@ def parse_numa_maps(text: str) -> Dict[int, int]:
         for word in line.split():
             if word.startswith("N") and "=" in word:
                 node_text, _, pages_text = word[1:].partition("=")
-                if node_text.isdigit() and pages_text.isdigit():
+                if _is_uint(node_text) and _is_uint(pages_text):
                     counts.append((int(node_text), int(pages_text)))
             elif word.startswith("kernelpagesize_kB="):
                 size = word[18:]
-                if size.isdigit():
+                if _is_uint(size):
                     page = int(size) * 1024
         for node, pages in counts:
             per_node[node] = per_node.get(node, 0) + pages * page
