@@ -1,0 +1,462 @@
+"""The kernel-text parsers, on real strings and on generated ones.
+
+Every parser takes what real kernels write (NUL padding, trailing newlines, empty files)
+and raises nothing on garbage; parse_size alone raises, with the text in the message.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from strata_doctor.parse import (
+    MAX_CPU,
+    format_bytes,
+    format_cpulist,
+    parse_bracketed_choice,
+    parse_cpuinfo,
+    parse_cpulist,
+    parse_cpumap,
+    parse_distance,
+    parse_int,
+    parse_key_values,
+    parse_meminfo,
+    parse_mounts,
+    parse_numa_maps,
+    parse_size,
+    parse_status,
+)
+
+GiB = 1024**3
+# No example database (tests write only to tmp dirs) and no deadline (CI machines are slow).
+generated = settings(database=None, deadline=None)
+SEED_NODE0 = frozenset(range(0, 22)) | frozenset(range(44, 66))
+
+
+# -- cpulist ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0-21,44-65\n", SEED_NODE0),
+        ("22-43,66-87", frozenset(range(22, 44)) | frozenset(range(66, 88))),
+        ("0", frozenset({0})),
+        ("0-3,8,10-11\n", frozenset({0, 1, 2, 3, 8, 10, 11})),
+        ("0-7:2", frozenset({0, 2, 4, 6})),
+        ("0-15,88-103\x00\x00\x00", frozenset(range(16)) | frozenset(range(88, 104))),
+        ("", frozenset()),
+        ("\n", frozenset()),
+        ("\x00" * 16, frozenset()),
+        ("garbage", frozenset()),
+        ("3-1", frozenset()),  # a reversed range is dropped, not inverted
+        ("0-4294967295", frozenset()),  # far beyond any host: dropped, not allocated
+        ("0-3,x,8", frozenset({0, 1, 2, 3, 8})),  # garbage parts are skipped
+        ("0-7:0", frozenset()),  # a zero stride never loops
+        ("²,1", frozenset({1})),  # '²'.isdigit() is True but int() rejects it
+    ],
+)
+def test_parse_cpulist_examples(text: str, expected: frozenset) -> None:
+    assert parse_cpulist(text) == expected
+
+
+def test_format_cpulist_like_the_kernel() -> None:
+    assert format_cpulist(SEED_NODE0) == "0-21,44-65"
+    assert format_cpulist([5, 3, 4, 0]) == "0,3-5"
+    assert format_cpulist((7,)) == "7"
+    assert format_cpulist(frozenset()) == ""
+
+
+cpu_sets = st.frozensets(st.integers(min_value=0, max_value=4095), max_size=300)
+
+
+@generated
+@given(cpu_sets)
+def test_cpulist_round_trip(cpus: frozenset) -> None:
+    text = format_cpulist(cpus)
+    assert parse_cpulist(text) == cpus
+    assert parse_cpulist(text + "\n\x00") == cpus  # sysfs newline and NUL padding
+
+
+@generated
+@given(cpu_sets)
+def test_format_cpulist_is_canonical(cpus: frozenset) -> None:
+    """Ranges are maximal and ascending: no two parts touch, as the kernel prints them."""
+    text = format_cpulist(cpus)
+    bounds = []
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        bounds.append((int(lo), int(hi or lo)))
+    for (_, hi), (lo, _) in zip(bounds, bounds[1:]):
+        assert lo > hi + 1
+
+
+# -- cpumap -------------------------------------------------------------------
+def kernel_cpumap(value: int, words: int) -> str:
+    """Format a mask as the kernel does: 32-bit hex words, most significant first."""
+    return ",".join(f"{(value >> (32 * i)) & 0xFFFFFFFF:08x}" for i in reversed(range(words)))
+
+
+def bits(value: int) -> frozenset:
+    return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("00000000,003fffff,f00000ff\n", frozenset(range(8)) | frozenset(range(28, 54))),
+        ("0000ffff", frozenset(range(16))),
+        ("000000ff,ff000000,00000000,0000ffff", frozenset(range(16)) | frozenset(range(88, 104))),
+        ("00000000,00000000\n\x00", frozenset()),
+        ("0000,000000ff,ffffffff", frozenset(range(40))),  # short leading word (pci local_cpus)
+        ("", frozenset()),
+        ("\x00\x00", frozenset()),
+        ("zz,ff", frozenset()),
+        ("0x0f", frozenset()),  # not the kernel's form
+    ],
+)
+def test_parse_cpumap_examples(text: str, expected: frozenset) -> None:
+    assert parse_cpumap(text) == expected
+
+
+@generated
+@given(st.integers(min_value=0, max_value=2**320 - 1), st.integers(min_value=0, max_value=3))
+def test_parse_cpumap_is_the_set_bits(value: int, extra_words: int) -> None:
+    words = max(1, (value.bit_length() + 31) // 32) + extra_words
+    text = kernel_cpumap(value, words)
+    assert parse_cpumap(text) == bits(value)
+    assert parse_cpumap(text + "\n") == bits(value)
+    assert parse_cpumap(text.upper()) == bits(value)
+
+
+@generated
+@given(cpu_sets)
+def test_cpumap_and_cpulist_agree(cpus: frozenset) -> None:
+    value = sum(1 << cpu for cpu in cpus)
+    words = max(1, (value.bit_length() + 31) // 32)
+    assert parse_cpumap(kernel_cpumap(value, words)) == parse_cpulist(format_cpulist(cpus))
+
+
+def test_parse_cpumap_bounds_a_huge_mask() -> None:
+    assert len(parse_cpumap("f" * 20000)) == MAX_CPU
+
+
+# -- distance -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("10 21\n", (10, 21)),
+        ("10 11 12 12 32 32 32 32\n", (10, 11, 12, 12, 32, 32, 32, 32)),
+        ("0\n", (0,)),  # firmware without a SLIT
+        ("10 40 80\x00\x00", (10, 40, 80)),
+        ("", ()),
+        ("\x00", ()),
+        ("10 x 21", (10,)),  # a non-number ends the row
+        ("-1 10", ()),
+    ],
+)
+def test_parse_distance_examples(text: str, expected: Tuple[int, ...]) -> None:
+    assert parse_distance(text) == expected
+
+
+@generated
+@given(st.lists(st.integers(min_value=0, max_value=255), max_size=300))
+def test_parse_distance_round_trip(row: List[int]) -> None:
+    assert parse_distance(" ".join(map(str, row)) + "\n") == tuple(row)
+
+
+# -- meminfo ------------------------------------------------------------------
+NODE1_MEMINFO = """\
+Node 1 MemTotal:       65929216 kB
+Node 1 MemFree:        63021140 kB
+Node 1 MemUsed:         2908076 kB
+Node 1 FilePages:        880132 kB
+Node 1 HugePages_Total:     0
+Node 1 HugePages_Free:      0
+"""
+
+PROC_MEMINFO = """\
+MemTotal:       131858432 kB
+MemFree:        121466792 kB
+MemAvailable:   124930000 kB
+HugePages_Total:       0
+Hugepagesize:       2048 kB
+DirectMap1G:    127926272 kB
+"""
+
+
+def test_parse_node_meminfo() -> None:
+    info = parse_meminfo(NODE1_MEMINFO)
+    assert info["MemTotal"] == 65929216 * 1024
+    assert info["MemFree"] == 63021140 * 1024
+    assert info["HugePages_Total"] == 0  # a count, not bytes
+    assert "Node 1 MemTotal" not in info
+
+
+def test_parse_proc_meminfo() -> None:
+    info = parse_meminfo(PROC_MEMINFO)
+    assert info["MemTotal"] == 131858432 * 1024
+    assert info["Hugepagesize"] == 2 * 1024**2
+    assert info["HugePages_Total"] == 0
+
+
+@pytest.mark.parametrize(
+    "text", ["", "\x00" * 8, "garbage", "MemTotal:", "MemTotal: lots kB", "Node 0 MemTotal: -5 kB"]
+)
+def test_parse_meminfo_garbage_is_empty(text: str) -> None:
+    assert parse_meminfo(text) == {}
+
+
+def test_parse_meminfo_ignores_nul_padding() -> None:
+    assert parse_meminfo("Node 0 MemTotal: 1024 kB\n\x00\x00")["MemTotal"] == 1024 * 1024
+
+
+meminfo_keys = st.from_regex(r"[A-Z][A-Za-z_()]{0,20}", fullmatch=True).filter(
+    lambda k: not k.startswith("Node ")
+)
+
+
+@generated
+@given(
+    st.dictionaries(meminfo_keys, st.tuples(st.integers(0, 2**50), st.booleans()), max_size=20),
+    st.one_of(st.none(), st.integers(0, 1023)),
+)
+def test_parse_meminfo_agrees_with_generated_lines(
+    entries: Dict[str, Tuple[int, bool]], node: object
+) -> None:
+    prefix = f"Node {node} " if node is not None else ""
+    lines = [
+        f"{prefix}{key}:{' ' * 7}{value}{' kB' if in_kb else ''}"
+        for key, (value, in_kb) in entries.items()
+    ]
+    expected = {key: value * 1024 if in_kb else value for key, (value, in_kb) in entries.items()}
+    assert parse_meminfo("\n".join(lines) + "\n") == expected
+
+
+# -- key=value, status, cpuinfo ---------------------------------------------------
+def test_parse_key_values_systemctl_show() -> None:
+    text = (
+        "Id=strata.service\nNUMAPolicy=preferred\nNUMAMask=1\nCPUAffinity=\n"
+        "ExecStart={ path=/a ; argv[]=/a -x }\n"
+    )
+    values = parse_key_values(text)
+    assert values["NUMAPolicy"] == "preferred"
+    assert values["CPUAffinity"] == ""
+    assert values["ExecStart"] == "{ path=/a ; argv[]=/a -x }"  # only the first '=' splits
+    assert parse_key_values("a=1\na=2\n") == {"a": "2"}
+    assert parse_key_values("no separator\n=novalue\n") == {}
+
+
+def test_parse_status() -> None:
+    text = (
+        "Name:\tstrata\nPid:\t4242\nCpus_allowed:\tffff,ffffffff\n"
+        "Cpus_allowed_list:\t22-43,66-87\nMems_allowed_list:\t1\n"
+    )
+    status = parse_status(text)
+    assert parse_cpulist(status["Cpus_allowed_list"]) == frozenset(range(22, 44)) | frozenset(range(66, 88))
+    assert status["Mems_allowed_list"] == "1"
+    assert status["Name"] == "strata"
+
+
+def test_parse_cpuinfo_blocks() -> None:
+    text = (
+        "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) CPU E5-2696 v4 @ 2.20GHz\n"
+        "physical id\t: 0\ncore id\t\t: 0\nflags\t\t: fpu avx avx2\n\n"
+        "processor\t: 1\nphysical id\t: 1\ncore id\t\t: 0\n\n\n"
+    )
+    blocks = parse_cpuinfo(text)
+    assert len(blocks) == 2
+    assert blocks[0]["model name"].startswith("Intel(R) Xeon(R) CPU E5-2696 v4")
+    assert "avx2" in blocks[0]["flags"].split()
+    assert blocks[1]["physical id"] == "1"
+    assert parse_cpuinfo("") == []
+    assert parse_cpuinfo("\x00\n\n") == []
+
+
+# -- sizes ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("46.84GiB", round(46.84 * GiB)),
+        ("3.09 GiB", round(3.09 * GiB)),
+        ("512MiB", 512 * 1024**2),
+        ("64GB", 64 * 1000**3),
+        ("64G", 64 * GiB),
+        ("1024", 1024),
+        ("  2 tib ", 2 * 1024**4),
+        ("4k", 4096),
+        ("4kB", 4000),
+    ],
+)
+def test_parse_size_examples(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "12 parsecs", "1e9", "-4GiB", "1.2.3G", "4 Gi B", "9" * 400])
+def test_parse_size_garbage_names_the_text(text: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_size(text)
+    assert repr(text) in str(info.value)
+
+
+UNITS = {"": 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4,
+         "kB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4}
+
+
+@generated
+@given(st.integers(0, 10**6), st.sampled_from(sorted(UNITS)), st.sampled_from(["", " "]))
+def test_parse_size_round_trips_integers(amount: int, unit: str, space: str) -> None:
+    assert parse_size(f"{amount}{space}{unit}") == amount * UNITS[unit]
+    assert parse_size(f"{amount}{unit.lower()}") == amount * UNITS[unit]
+
+
+@generated
+@given(st.integers(0, 2**50))
+def test_format_bytes_round_trips_within_rounding(value: int) -> None:
+    text = format_bytes(value)
+    assert abs(parse_size(text.replace(" ", "")) - value) <= max(1, value * 0.0051)
+
+
+@generated
+@given(st.text(max_size=40))
+def test_parse_size_raises_only_value_error(text: str) -> None:
+    try:
+        parse_size(text)
+    except ValueError as exc:
+        assert repr(text) in str(exc)
+
+
+def test_format_bytes() -> None:
+    assert format_bytes(round(46.84 * GiB)) == "46.84 GiB"
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(-3 * GiB) == "-3.00 GiB"
+    assert format_bytes(5 * 1024**5) == "5120.00 TiB"
+
+
+# -- ints, numa_maps, mounts, bracketed choice ---------------------------------------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1\n", 1),
+        ("-1\n", -1),  # numa_node without firmware affinity
+        ("0x030200\n", 0x030200),
+        ("0x10de", 0x10DE),
+        ("42\x00", 42),
+        ("", None),
+        (None, None),
+        ("\x00", None),
+        ("n/a", None),
+        ("²", None),
+    ],
+)
+def test_parse_int(text: object, expected: object) -> None:
+    assert parse_int(text) == expected  # type: ignore[arg-type]
+
+
+NUMA_MAPS = """\
+55d0c6c00000 default file=/usr/bin/strata mapped=12 N0=12 kernelpagesize_kB=4
+7f1200000000 prefer:1 anon=11990 dirty=11990 N1=11990 kernelpagesize_kB=2048
+7f5400000000 default anon=300 dirty=300 N0=100 N1=200 kernelpagesize_kB=4
+7f5500000000 bind:1 huge anon=2 N1=2 kernelpagesize_kB=1048576
+7ffd3a1e4000 default stack anon=9 dirty=9 N0=9 kernelpagesize_kB=4
+"""
+
+
+def test_parse_numa_maps_sums_per_node_by_page_size() -> None:
+    per_node = parse_numa_maps(NUMA_MAPS)
+    assert per_node[0] == (12 + 100 + 9) * 4096
+    assert per_node[1] == 11990 * 2 * 1024**2 + 200 * 4096 + 2 * GiB
+
+
+def test_parse_numa_maps_without_page_size_assumes_4k() -> None:
+    assert parse_numa_maps("7f00 default anon=3 N2=3\n") == {2: 3 * 4096}
+    assert parse_numa_maps("") == {}
+    assert parse_numa_maps("garbage N=1 Nx=2 N3=y kernelpagesize_kB=z\n") == {}
+
+
+numa_lines = st.lists(
+    st.tuples(
+        st.dictionaries(st.integers(0, 300), st.integers(0, 10**7), max_size=4),
+        st.sampled_from([4, 64, 2048, 1048576]),
+    ),
+    max_size=30,
+)
+
+
+@generated
+@given(numa_lines)
+def test_parse_numa_maps_weighs_pages_by_kernelpagesize(lines: List[Tuple[Dict[int, int], int]]) -> None:
+    text = "".join(
+        f"7f{i:010x} default anon=1 "
+        + " ".join(f"N{node}={pages}" for node, pages in counts.items())
+        + f" kernelpagesize_kB={page_kb}\n"
+        for i, (counts, page_kb) in enumerate(lines)
+    )
+    expected: Dict[int, int] = {}
+    for counts, page_kb in lines:
+        for node, pages in counts.items():
+            expected[node] = expected.get(node, 0) + pages * page_kb * 1024
+    assert parse_numa_maps(text) == expected
+
+
+def test_parse_mounts_decodes_octal_escapes() -> None:
+    text = (
+        "sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0\n"
+        "hugetlbfs /dev/hugepages hugetlbfs rw,relatime,pagesize=2M 0 0\n"
+        "/dev/sdb1 /mnt/model\\040store ext4 rw 0 0\n"
+        "short line\n"
+    )
+    mounts = parse_mounts(text)
+    assert mounts[1] == ("hugetlbfs", "/dev/hugepages", "hugetlbfs", "rw,relatime,pagesize=2M")
+    assert mounts[2][1] == "/mnt/model store"
+    assert len(mounts) == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("always [madvise] never\n", "madvise"),
+        ("[always] madvise never", "always"),
+        ("always madvise never", None),
+        ("", None),
+        ("\x00", None),
+    ],
+)
+def test_parse_bracketed_choice(text: str, expected: object) -> None:
+    assert parse_bracketed_choice(text) == expected
+
+
+# -- nothing raises on garbage ------------------------------------------------------
+TOLERANT = [
+    parse_cpulist,
+    parse_cpumap,
+    parse_distance,
+    parse_meminfo,
+    parse_key_values,
+    parse_status,
+    parse_cpuinfo,
+    parse_int,
+    parse_numa_maps,
+    parse_mounts,
+    parse_bracketed_choice,
+]
+
+kernelish = st.text(
+    alphabet=st.sampled_from(list("0123456789abcdefABCDEF,-:=[] \t\n\x00xNkBode²١")), max_size=200
+)
+
+
+@pytest.mark.parametrize("parser", TOLERANT, ids=lambda f: f.__name__)
+@settings(generated, max_examples=150)
+@given(text=st.one_of(st.text(max_size=200), kernelish))
+def test_parsers_never_raise(parser: object, text: str) -> None:
+    parser(text)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("parser", TOLERANT, ids=lambda f: f.__name__)
+def test_parsers_survive_huge_numbers(parser: object) -> None:
+    """int() refuses more than 4300 digits; a parser must skip such words, not raise."""
+    long = "7" * 5000
+    for text in (long, f"0-{long}", f"MemTotal: {long} kB", f"N0={long}", f"N{long}=1"):
+        parser(text)  # type: ignore[operator]
