@@ -1,46 +1,287 @@
 """Fix builders: turn a check's decision into :class:`~strata_doctor.model.Fix` data.
 
-Checks call these; only the applier writes anything.
+Checks call these; only the applier writes anything. The builders are version-aware:
+``NUMAPolicy=`` needs systemd 243+, ``AllowedCPUs=`` needs 244+ and cgroup v2; an older
+systemd gets the numactl wrapper instead, and the fix's summary says why. Every CPU a
+fix lists is online: systemd silently drops a CPU list that names an offline CPU.
 """
 
 from __future__ import annotations
 
-from typing import FrozenSet
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, FrozenSet, List, Optional, Tuple
 
+from strata_doctor.engine import DEFAULT_UNIT, UNIT_DIRS, UnitState
 from strata_doctor.model import FileChange, Fix, ManualStep, RuntimeAction, context_pairs
 from strata_doctor.parse import format_cpulist
+from strata_doctor.root import Command, Root
 
+if TYPE_CHECKING:
+    from strata_doctor.binding import BindingPlan
+    from strata_doctor.context import HostContext
+
+SYSTEMD_DIR = "/etc/systemd/system"
 NUMA_DROPIN = "60-strata-doctor-numa.conf"
+SLICE_DROPIN = "60-strata-doctor-slice.conf"
+RESERVE_DROPIN = "60-strata-doctor-reserve.conf"
+PREFLIGHT_DROPIN = "60-strata-doctor-preflight.conf"
+ENGINE_SLICE = "strata.slice"
 WRAPPER = "/usr/local/bin/strata-numa"
+PREFLIGHT_COMMAND = "strata-doctor check --quiet --fail-on error"
+RESERVED_UNITS = (("system.slice", "Slice"), ("user.slice", "Slice"), ("init.scope", "Scope"))
+"""Top-level cgroups moved off the engine's node by ``--reserve-node``, with their section."""
+NUMA_POLICY_SINCE = 243
+ALLOWED_CPUS_SINCE = 244
+SYSTEMD_VERSION = Command("systemctl-version", ("systemctl", "--version"))
+_VERSION = re.compile(r"^systemd\s+(\d+)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class SystemdSupport:
+    """Which unit settings this host's systemd understands."""
+
+    version: Optional[int]
+    """systemd's version from ``systemctl --version``; None when unknown."""
+    cgroup_v2: bool
+    """Whether ``/sys/fs/cgroup/cgroup.controllers`` exists (the unified hierarchy)."""
+    present: bool
+    """Whether systemd manages this host at all (``systemctl`` ran)."""
+    inferred: str = ""
+    """How the version was guessed when ``systemctl --version`` was not available."""
+
+    @property
+    def numa_policy(self) -> bool:
+        """``NUMAPolicy=``/``NUMAMask=`` work (systemd 243+)."""
+        return self.version is not None and self.version >= NUMA_POLICY_SINCE
+
+    @property
+    def allowed_cpus(self) -> bool:
+        """``AllowedCPUs=`` works (systemd 244+ on cgroup v2)."""
+        return self.cgroup_v2 and self.version is not None and self.version >= ALLOWED_CPUS_SINCE
+
+    @property
+    def described(self) -> str:
+        """E.g. ``systemd 252, cgroup v2``."""
+        version = f"systemd {self.version}" if self.version is not None else "systemd of unknown version"
+        if self.inferred:
+            version += f" ({self.inferred})"
+        return f"{version}, cgroup {'v2' if self.cgroup_v2 else 'v1'}"
+
+
+def parse_systemd_version(text: str) -> Optional[int]:
+    """The major version from ``systemctl --version`` output (``systemd 252 (252.38-1)``)."""
+    match = _VERSION.search(text)
+    return int(match.group(1)) if match else None
+
+
+def read_systemd_support(root: Root, unit: UnitState) -> SystemdSupport:
+    """systemd's version and cgroup mode; infers the version from ``systemctl show``'s keys."""
+    cgroup_v2 = root.exists("/sys/fs/cgroup/cgroup.controllers")
+    result = root.run(SYSTEMD_VERSION)
+    version = parse_systemd_version(result.stdout) if result.ok else None
+    if version is not None:
+        return SystemdSupport(version, cgroup_v2, True)
+    if not unit.available:
+        return SystemdSupport(None, cgroup_v2, False)
+    keys = {key for key, _ in unit.properties}
+    # systemctl show prints only the properties its systemd knows.
+    if "AllowedCPUs" in keys:
+        return SystemdSupport(ALLOWED_CPUS_SINCE, cgroup_v2, True, "at least, as it shows AllowedCPUs")
+    if "NUMAPolicy" in keys:
+        return SystemdSupport(NUMA_POLICY_SINCE, cgroup_v2, True, "at least, as it shows NUMAPolicy")
+    return SystemdSupport(None, cgroup_v2, True)
 
 
 def numactl_line(mem_nodes: FrozenSet[int], cpu_nodes: FrozenSet[int], policy: str) -> str:
     """The numactl prefix for a binding, e.g. ``numactl --preferred=1 --cpunodebind=1``."""
-    mems = ",".join(str(n) for n in sorted(mem_nodes))
-    cpus = ",".join(str(n) for n in sorted(cpu_nodes))
-    return f"numactl --{policy}={mems} --cpunodebind={cpus}"
+    return f"numactl --{policy}={_nodes(mem_nodes)} --cpunodebind={_nodes(cpu_nodes)}"
+
+
+def _nodes(nodes: FrozenSet[int]) -> str:
+    return ",".join(str(n) for n in sorted(nodes))
+
+
+def systemd_policy(policy: str, mem_nodes: FrozenSet[int]) -> str:
+    """The ``NUMAPolicy=`` for a plan's policy.
+
+    systemd has no preferred-many, and MPOL_PREFERRED keeps only the first node of a
+    mask, so a binding over several nodes interleaves.
+    """
+    if policy == "preferred" and len(mem_nodes) == 1:
+        return "preferred"
+    return "interleave"
+
+
+def wrapper_file(mem_nodes: FrozenSet[int], cpu_nodes: FrozenSet[int], policy: str) -> FileChange:
+    """``/usr/local/bin/strata-numa``: ``exec numactl --preferred=N --cpunodebind=N -- "$@"``."""
+    mem_option = policy if policy in ("preferred", "preferred-many", "interleave") else "preferred"
+    if mem_option == "preferred" and len(mem_nodes) > 1:
+        mem_option = "interleave"  # numactl --preferred takes one node
+    return FileChange(
+        path=WRAPPER,
+        template="strata-numa.j2",
+        context=context_pairs(
+            path=WRAPPER, mem_option=mem_option, mem_nodes=_nodes(mem_nodes), cpu_nodes=_nodes(cpu_nodes),
+        ),
+        mode=0o755,
+    )
+
+
+def restart_step(unit: str) -> ManualStep:
+    """The one manual step every unit change shares, so the plan lists it once."""
+    return ManualStep(f"Restart {unit} when convenient: the changes apply at its next start.")
 
 
 def binding_fix(
     unit: str, mem_nodes: FrozenSet[int], cpu_nodes: FrozenSet[int], cpus: FrozenSet[int],
-    policy: str,
+    policy: str, support: Optional[SystemdSupport] = None, exec_start: Optional[str] = None,
 ) -> Fix:
-    """Bind the engine unit's memory and CPUs to the given nodes with a drop-in."""
-    nodes = ",".join(str(n) for n in sorted(mem_nodes))
-    systemd_policy = {"preferred": "preferred", "preferred-many": "preferred",
-                      "interleave": "interleave"}[policy]
+    """Bind the engine to the given nodes: a unit drop-in and the numactl wrapper.
+
+    Without ``support`` the host's systemd is taken to be 243+ on cgroup v1 (no
+    ``AllowedCPUs=``); :func:`binding_fix_for` reads the real support from the host.
+    """
+    support = support or SystemdSupport(NUMA_POLICY_SINCE, False, True, "assumed")
+    wrapper = wrapper_file(mem_nodes, cpu_nodes, policy)
+    cpu_text = format_cpulist(cpus)
+    nodes = _nodes(mem_nodes)
+    restart = restart_step(unit)
+    reload = RuntimeAction("daemon-reload", "systemd")
+    if not support.present:
+        return Fix(
+            summary=f"start the engine under {WRAPPER} (numactl, node(s) {nodes}): this host has no "
+            "systemd to bind a unit",
+            files=(wrapper,),
+            manual=(ManualStep(f"Start the engine as `{WRAPPER} <engine command>`."),),
+        )
+    if support.numa_policy:
+        numa_policy = systemd_policy(policy, mem_nodes)
+        dropin = FileChange(
+            path=f"{SYSTEMD_DIR}/{unit}.d/{NUMA_DROPIN}",
+            template="numa-dropin.conf.j2",
+            context=context_pairs(
+                unit=unit, numa_policy=numa_policy, numa_mask=nodes, cpus=cpu_text,
+                allowed_cpus=support.allowed_cpus,
+            ),
+        )
+        allowed = ", AllowedCPUs" if support.allowed_cpus else \
+            " (no AllowedCPUs=: it needs systemd 244+ and cgroup v2)"
+        return Fix(
+            summary=f"bind {unit} to node(s) {nodes}: NUMAPolicy={numa_policy} NUMAMask={nodes}, "
+            f"CPUAffinity{allowed}={cpu_text} [{support.described}]; {WRAPPER} for engines "
+            "started by hand",
+            files=(dropin, wrapper),
+            actions=(reload,),
+            manual=(restart,),
+        )
+    return _wrapper_binding(unit, nodes, cpu_text, support, wrapper, exec_start, restart, reload)
+
+
+def _wrapper_binding(
+    unit: str, nodes: str, cpu_text: str, support: SystemdSupport, wrapper: FileChange,
+    exec_start: Optional[str], restart: ManualStep, reload: RuntimeAction,
+) -> Fix:
+    why = f"{support.described}: NUMAPolicy= needs systemd {NUMA_POLICY_SINCE}+"
+    summary = f"bind {unit} to node(s) {nodes} through {WRAPPER}, as {why}"
+    if exec_start is None:
+        return Fix(
+            summary=summary,
+            files=(wrapper,),
+            manual=(ManualStep(f"Prefix ExecStart= of {unit} with {WRAPPER} (its unit file was not "
+                               "found under the root)."), restart),
+        )
+    command = exec_start.lstrip("@-:+!")
+    # ExecStart's prefix characters (ignore failure, full privileges...) stay in front.
+    flags = exec_start[: len(exec_start) - len(command)]
     dropin = FileChange(
-        path=f"/etc/systemd/system/{unit}.d/{NUMA_DROPIN}",
-        template="numa-dropin.conf.j2",
-        context=context_pairs(
-            unit=unit, numa_policy=systemd_policy, numa_mask=nodes, cpus=format_cpulist(cpus),
-        ),
+        path=f"{SYSTEMD_DIR}/{unit}.d/{NUMA_DROPIN}",
+        template="numactl-exec-dropin.conf.j2",
+        context=context_pairs(unit=unit, why=why, cpus=cpu_text, wrapper=flags + WRAPPER,
+                              exec_start=command),
+    )
+    return Fix(summary=summary, files=(dropin, wrapper), actions=(reload,), manual=(restart,))
+
+
+def binding_fix_for(ctx: HostContext, plan: BindingPlan) -> Fix:
+    """:func:`binding_fix` with this host's systemd support, online CPUs and ExecStart."""
+    support = read_systemd_support(ctx.root, ctx.unit)
+    cpus = plan.cpus & ctx.numa.online_cpus if ctx.numa.online_cpus else plan.cpus
+    exec_start = None if support.numa_policy else unit_exec_start(ctx.root, ctx.config.unit)
+    return binding_fix(ctx.config.unit, plan.mem_nodes, plan.cpu_nodes, cpus, plan.policy, support,
+                       exec_start)
+
+
+def unit_exec_start(root: Root, unit: str) -> Optional[str]:
+    """The last ``ExecStart=`` of the unit file (the first one found along the unit path)."""
+    for directory in UNIT_DIRS:
+        text = root.read(f"{directory}/{unit}")
+        if text is None:
+            continue
+        found: Optional[str] = None
+        section = ""
+        for raw in text.splitlines():
+            line = raw.strip()
+            if line.startswith("[") and line.endswith("]"):
+                section = line[1:-1]
+            elif section == "Service" and line.startswith("ExecStart="):
+                found = line.partition("=")[2].strip() or None
+        return found
+    return None
+
+
+def reserve_node_fix(ctx: HostContext, plan: BindingPlan, finding: str) -> Tuple[Optional[Fix], str]:
+    """``--reserve-node``: the engine in ``strata.slice`` on its node, everyone else elsewhere.
+
+    cgroup v2 cpusets nest, so fencing ``system.slice`` would also fence an engine that
+    lives there: the engine gets its own slice first. Returns (None, why) when it cannot.
+    """
+    support = read_systemd_support(ctx.root, ctx.unit)
+    if not support.allowed_cpus:
+        return None, f"--reserve-node needs AllowedCPUs= (systemd {ALLOWED_CPUS_SINCE}+ on cgroup v2); " \
+            f"this host has {support.described}"
+    online = ctx.numa.online_cpus
+    reserved = plan.cpus & online if online else plan.cpus
+    others = (online or frozenset().union(*(n.cpus for n in ctx.numa.nodes))) - reserved
+    if not reserved or not others:
+        return None, "--reserve-node needs CPUs on the engine's node and on at least one other node"
+    unit = ctx.config.unit
+    reserved_text, others_text = format_cpulist(reserved), format_cpulist(others)
+    files: List[FileChange] = [
+        FileChange(f"{SYSTEMD_DIR}/{ENGINE_SLICE}", "strata.slice.j2",
+                   context_pairs(unit=unit, nodes=plan.nodes_text, cpus=reserved_text, finding=finding)),
+        FileChange(f"{SYSTEMD_DIR}/{unit}.d/{SLICE_DROPIN}", "slice-dropin.conf.j2",
+                   context_pairs(unit=unit, finding=finding)),
+    ]
+    for name, section in RESERVED_UNITS:
+        files.append(FileChange(
+            f"{SYSTEMD_DIR}/{name}.d/{RESERVE_DROPIN}", "reserve-dropin.conf.j2",
+            context_pairs(unit=name, section=section, cpus=others_text, reserved=reserved_text,
+                          finding=finding),
+        ))
+    total = len(reserved) + len(others)
+    summary = (
+        f"reserve node(s) {plan.nodes_text} for {unit}: {ENGINE_SLICE} gets CPUs {reserved_text}; "
+        f"system.slice, user.slice and init.scope keep {len(others)} of {total} CPUs ({others_text}). "
+        f"Cost: every other service and login session shares those {len(others)} CPUs, and "
+        f"{len(reserved)} CPUs idle whenever the engine is stopped"
     )
     return Fix(
-        summary=f"bind {unit} to node(s) {nodes}: NUMAPolicy={systemd_policy} NUMAMask={nodes}, "
-        f"CPUAffinity={format_cpulist(cpus)}",
-        files=(dropin,),
+        summary=summary,
+        files=tuple(files),
         actions=(RuntimeAction("daemon-reload", "systemd"),),
-        manual=(ManualStep(f"Restart {unit} when convenient: the binding applies at its next start."),),
+        manual=(restart_step(unit),),
+        takes_effect="restart",
+    ), ""
+
+
+def preflight_fix(unit: str, finding: str) -> Fix:
+    """``--preflight``: the engine unit refuses to start while the check finds an error."""
+    command = PREFLIGHT_COMMAND if unit == DEFAULT_UNIT else f"{PREFLIGHT_COMMAND} --unit {unit}"
+    return Fix(
+        summary=f"run `{command}` before every start of {unit}",
+        files=(FileChange(f"{SYSTEMD_DIR}/{unit}.d/{PREFLIGHT_DROPIN}", "preflight-dropin.conf.j2",
+                          context_pairs(unit=unit, command=command, finding=finding)),),
+        actions=(RuntimeAction("daemon-reload", "systemd"),),
         takes_effect="restart",
     )

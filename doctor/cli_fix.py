@@ -1,0 +1,217 @@
+"""``strata-doctor fix``: show the plan; ``--apply`` carries it out; ``--revert`` undoes it.
+
+Exit codes: 0 the plan was shown, or applied and the host is ready; 1 applied, and the
+re-run check still finds an error; 2 usage error, a plan that cannot be applied, a
+missing privilege, or an apply that failed (its changes are rolled back, or revertible);
+3 a check crashed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import click
+
+from strata_doctor.cli import UsageFailure, host_from_kwargs, host_options, open_host, run_selected
+from strata_doctor.model import CheckResult, Finding, Severity
+
+RESULT_SCHEMA = "strata-doctor/fix-result/v1"
+
+
+def _numa_choice(value: Optional[str]) -> Optional[str]:
+    if value is None or value in ("auto", "off") or value.isdigit():
+        return value
+    raise click.BadParameter("expected auto, off or a node id", param_hint="--numa")
+
+
+@click.command("fix")
+@host_options
+@click.option("--apply", "do_apply", is_flag=True, help="Carry out the plan (needs root on /).")
+@click.option("--revert", is_flag=True, help="Undo the last apply, byte for byte.")
+@click.option("--only", multiple=True, metavar="ID", help="Fix only this check (or CHECK/FINDING).")
+@click.option("--skip", multiple=True, metavar="ID", help="Leave this check (or CHECK/FINDING) alone.")
+@click.option("--numa", metavar="auto|off|N",
+              help="Node to bind the engine to: auto = the GPU's node, off = no binding fixes, N = node N.")
+@click.option("--reserve-node", is_flag=True,
+              help="Give the engine its node's CPUs alone (strata.slice); everyone else moves off.")
+@click.option("--preflight", is_flag=True, help="Run `strata-doctor check` before every engine start.")
+@click.option("--restart", is_flag=True, help="Restart the engine unit after applying (live host only).")
+@click.option("--force", is_flag=True, help="Overwrite files strata-doctor did not write.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask; never asked without a terminal anyway.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple[str, ...],
+                numa: Optional[str], reserve_node: bool, preflight: bool, restart: bool, force: bool,
+                yes: bool, fmt: str, **kwargs: Any) -> None:
+    """Show how to fix what `check` finds; --apply fixes it, --revert undoes it."""
+    options = host_from_kwargs(kwargs)
+    numa = _numa_choice(numa)
+    if do_apply and revert:
+        raise UsageFailure("--apply and --revert exclude each other")
+    if (do_apply or revert) and options.bundle:
+        raise UsageFailure("--bundle replays a report: there is no host tree to change; use --root DIR")
+    if revert:
+        sys.exit(_revert(options.root, force, fmt))
+    from strata_doctor.apply import ApplyError, apply_plan
+    from strata_doctor.plan import PlanOptions, build_plan, plan_data, plan_text
+
+    root, ctx = open_host(options)
+    _require_privilege(root, do_apply)
+    if numa is not None:
+        ctx = _with_numa(ctx, numa)
+    before = run_selected(ctx, (), ())
+    plan = build_plan(ctx, before, PlanOptions(only, skip, reserve_node, preflight, restart, force))
+    if not do_apply:
+        _emit(fmt, plan_text(plan), {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False})
+        sys.exit(0)
+    if plan.problems:
+        _emit(fmt, plan_text(plan), {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False},
+              err=True)
+        raise UsageFailure("not applied: " + "; ".join(plan.problems))
+    if plan.empty:
+        _emit(fmt, "Nothing to change: every fix is already in place; nothing written.\n",
+              {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False})
+        sys.exit(0)
+    if fmt == "text":
+        click.echo(plan_text(plan))
+    if not yes and _interactive() and not click.confirm("Apply these changes?", default=False):
+        click.echo("Nothing applied.")
+        sys.exit(0)
+    try:
+        report = apply_plan(root, plan)
+    except ApplyError as exc:
+        raise UsageFailure(str(exc)) from None
+    sys.exit(_after(options, ctx, before, report, plan, fmt))
+
+
+def _require_privilege(root: Any, do_apply: bool) -> None:
+    import os
+
+    if do_apply and root.live and os.geteuid() != 0:
+        raise UsageFailure("--apply on this host (/) needs root: run it with sudo, or write into a tree "
+                           "with --root DIR")
+
+
+def _with_numa(ctx: Any, numa: str) -> Any:
+    from strata_doctor.context import HostContext
+    from strata_doctor.engine import ConfigError, apply_settings
+
+    try:
+        config = apply_settings(ctx.config, {"numa": numa}, "--numa")
+    except ConfigError as exc:
+        raise UsageFailure(str(exc)) from None
+    return HostContext(ctx.root, config, ctx.gpu_choice)
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _emit(fmt: str, text: str, data: Dict[str, Any], err: bool = False) -> None:
+    if fmt == "json":
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        click.echo(text, nl=False, err=err)
+
+
+def _after(options: Any, ctx: Any, before: Sequence[CheckResult], report: Any, plan: Any, fmt: str) -> int:
+    """Run the checks again on a fresh root (nothing cached) and show before → after."""
+    from strata_doctor import render
+    from strata_doctor.context import HostContext
+    from strata_doctor.plan import plan_data
+    from strata_doctor.root import Root
+
+    fresh = HostContext(Root(ctx.root.base), ctx.config, ctx.gpu_choice)
+    after = run_selected(fresh, (), ())
+    code = render.exit_code(after, Severity.ERROR)
+    rows = transitions(before, after)
+    if fmt == "json":
+        click.echo(json.dumps({
+            "schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": True,
+            "written": list(report.written), "actions": list(report.actions),
+            "skipped_actions": list(report.skipped_actions), "journal": report.journal,
+            "transitions": [{"check": c, "before": b, "after": a, "summary": s} for c, b, a, s in rows],
+            "exit_code": code,
+        }, indent=2, sort_keys=True))
+        return code
+    click.echo(f"Wrote {len(report.written)} file(s); the originals are saved in {report.journal}.")
+    for line in report.actions:
+        click.echo(f"  ran: {line}")
+    for line in report.skipped_actions:
+        click.echo(f"  not run: {line}")
+    click.echo("")
+    click.echo("Checks, before → after:")
+    width = max((len(c) for c, _, _, _ in rows), default=10)
+    for check, was, now, summary in rows:
+        click.echo(f"  {check.ljust(width)}  {was} → {now}: {summary}")
+    click.echo("")
+    click.echo(f"{'ready' if code == 0 else 'not ready'} (exit {code}); "
+               f"undo with `strata-doctor fix --revert{_root_flag(options)}`")
+    return code
+
+
+def _root_flag(options: Any) -> str:
+    return "" if options.root in ("/", "") else f" --root {options.root}"
+
+
+def transitions(
+    before: Sequence[CheckResult], after: Sequence[CheckResult]
+) -> List[Tuple[str, str, str, str]]:
+    """(check, before, after, after's summary) for each check whose findings changed."""
+    later = {r.check: r for r in after}
+    rows: List[Tuple[str, str, str, str]] = []
+    for result in before:
+        now = later.get(result.check)
+        was_text = _state(result)
+        now_text = _state(now) if now is not None else "gone"
+        if was_text == now_text:
+            continue
+        worst = _worst(now) if now is not None else None
+        summary = worst.summary if worst is not None else ""
+        rows.append((result.check, was_text, now_text, summary))
+    return rows
+
+
+def _worst(result: CheckResult) -> Optional[Finding]:
+    return max(result.findings, key=lambda f: f.severity, default=None)
+
+
+def _state(result: CheckResult) -> str:
+    if result.crash:
+        return "crashed"
+    if result.skip:
+        return "skipped"
+    worst = _worst(result)
+    return f"{worst.severity.label} {worst.id}" if worst is not None else "ok"
+
+
+def _revert(root_path: str, force: bool, fmt: str) -> int:
+    from strata_doctor.apply import ApplyError, revert_last
+    from strata_doctor.root import Root
+
+    root = Root(root_path)
+    try:
+        report = revert_last(root, force)
+    except ApplyError as exc:
+        raise UsageFailure(str(exc)) from None
+    if fmt == "json":
+        click.echo(json.dumps({
+            "schema": "strata-doctor/fix-revert/v1", "restored": list(report.restored),
+            "removed": list(report.removed), "actions": list(report.actions),
+            "interrupted": report.interrupted, "nothing": report.nothing,
+        }, indent=2, sort_keys=True))
+        return 0
+    if report.nothing:
+        click.echo("Nothing to revert: no apply is recorded under "
+                   f"{root.path('/var/lib/strata-doctor')}.")
+        return 0
+    if report.interrupted:
+        click.echo("The last apply had not finished; undoing what it did.")
+    for path in report.restored:
+        click.echo(f"restored {path}")
+    for path in report.removed:
+        click.echo(f"removed  {path}")
+    for line in report.actions:
+        click.echo(f"ran: {line}")
+    return 0

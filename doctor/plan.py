@@ -1,0 +1,502 @@
+"""From findings to a plan: rendered files with diffs, runtime actions, manual steps.
+
+The plan is pure data; printing it is a dry run and :mod:`strata_doctor.apply` carries
+out exactly the same objects. Templates are rendered with Jinja2's StrictUndefined, so a
+missing variable is an error, never an empty string in a unit file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import errno
+import json
+import os
+import stat
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from strata_doctor.context import HostContext
+from strata_doctor.engine import UNIT_DIRS
+from strata_doctor.model import CheckResult, FileChange, Finding, Fix, Severity
+from strata_doctor.root import Root
+
+PLAN_SCHEMA = "strata-doctor/fix-plan/v1"
+MANAGED_MARKER = "Managed by strata-doctor"
+"""Text every generated file carries; a file without it is not overwritten without --force."""
+EFFECT_ORDER = ("now", "reload", "restart", "reboot")
+ACTION_ORDER = ("sysctl", "write-sysfs", "daemon-reload", "restart-unit")
+NUMACTL_PATHS = ("/usr/bin/numactl", "/bin/numactl", "/usr/local/bin/numactl", "/usr/sbin/numactl")
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What the operator asked ``fix`` for."""
+
+    only: Tuple[str, ...] = ()
+    """Check ids (or CHECK/FINDING) to fix; empty means all."""
+    skip: Tuple[str, ...] = ()
+    """Check ids (or CHECK/FINDING) to leave alone."""
+    reserve_node: bool = False
+    """Reserve the engine's node: ``strata.slice`` plus AllowedCPUs for everyone else."""
+    preflight: bool = False
+    """Add ``ExecStartPre=strata-doctor check`` to the engine unit."""
+    restart: bool = False
+    """Restart the engine unit after writing (live host only)."""
+    force: bool = False
+    """Overwrite files that lack the managed-by header."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A finding the plan answers, and how."""
+
+    finding: str
+    """``check/id`` of the finding, or ``fix/reserve-node`` and ``fix/preflight``."""
+    severity: str
+    """The finding's severity label before the fix."""
+    summary: str
+    """What the fix does."""
+    takes_effect: str
+    """``now``, ``reload``, ``restart`` or ``reboot``."""
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """One file the apply will write, with what is there now."""
+
+    path: str
+    """Host path, e.g. ``/etc/sysctl.d/60-strata-doctor.conf``."""
+    mode: int
+    """Mode to write."""
+    content: str
+    """The full new content."""
+    template: str
+    """Template it was rendered from."""
+    findings: Tuple[str, ...]
+    """``check/id`` of each finding it answers."""
+    current: Optional[bytes] = None
+    """What is there now; None when absent."""
+    current_mode: Optional[int] = None
+    """Mode of what is there now."""
+    blocked: str = ""
+    """Why it cannot be written (a symlink, a directory, not ours without --force)."""
+
+    @property
+    def status(self) -> str:
+        """``create``, ``replace``, ``mode`` (same bytes, other mode) or ``unchanged``."""
+        if self.current is None:
+            return "create"
+        if self.current != self.content.encode():
+            return "replace"
+        return "mode" if self.current_mode != self.mode else "unchanged"
+
+    @property
+    def changed(self) -> bool:
+        """Whether the apply would write this file."""
+        return self.status != "unchanged"
+
+    def diff(self) -> str:
+        """A unified diff from what is there to the new content."""
+        old = (self.current or b"").decode("utf-8", "replace").splitlines(keepends=True)
+        new = self.content.splitlines(keepends=True)
+        before = "/dev/null" if self.current is None else f"a{self.path}"
+        lines = list(difflib.unified_diff(old, new, before, f"b{self.path}"))
+        if self.status == "mode":
+            return f"mode {self.current_mode or 0:04o} -> {self.mode:04o}: {self.path}\n"
+        return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                       for line in lines)
+
+
+@dataclass(frozen=True)
+class PlannedAction:
+    """A runtime action, taken after the files on a live host by root only."""
+
+    kind: str
+    """``sysctl``, ``write-sysfs``, ``daemon-reload`` or ``restart-unit``."""
+    target: str
+    """The sysctl key, sysfs path or unit."""
+    value: str
+    """The value to set, where the kind has one."""
+    findings: Tuple[str, ...]
+    """Findings it answers."""
+
+    @property
+    def described(self) -> str:
+        """One line, e.g. ``sysctl vm.nr_hugepages=0``."""
+        if self.kind == "sysctl":
+            return f"sysctl -w {self.target}={self.value}"
+        if self.kind == "write-sysfs":
+            return f"echo {self.value} > {self.target}"
+        if self.kind == "daemon-reload":
+            return "systemctl daemon-reload"
+        return f"systemctl restart {self.target}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything ``fix`` would do on one host."""
+
+    root: str
+    """The host root the plan is for."""
+    unit: str
+    """The engine unit."""
+    answers: Tuple[Answer, ...]
+    """Findings answered, in check order."""
+    files: Tuple[PlannedFile, ...]
+    """Files to write (unchanged ones included, marked so)."""
+    actions: Tuple[PlannedAction, ...]
+    """Runtime actions, in the order they run."""
+    manual: Tuple[Tuple[str, str], ...]
+    """(finding, text) steps left to the operator."""
+    problems: Tuple[str, ...] = ()
+    """Reasons the apply must not run; empty when it may."""
+    notes: Tuple[str, ...] = ()
+    """What else the operator should know (findings without a fix, skipped ones)."""
+    live: bool = field(default=False)
+    """Whether the root is ``/``."""
+
+    @property
+    def changes(self) -> Tuple[PlannedFile, ...]:
+        """Files the apply would write."""
+        return tuple(f for f in self.files if f.changed)
+
+    @property
+    def empty(self) -> bool:
+        """True when there is nothing to write and nothing to run."""
+        return not self.changes and not self.actions
+
+    @property
+    def takes_effect(self) -> str:
+        """The latest moment any answered fix takes effect."""
+        effects = [a.takes_effect for a in self.answers if a.takes_effect in EFFECT_ORDER]
+        return max(effects, key=EFFECT_ORDER.index, default="now")
+
+
+# -- building -----------------------------------------------------------------
+def build_plan(ctx: HostContext, results: Sequence[CheckResult], options: PlanOptions) -> Plan:
+    """Collect the fixes of ``results`` (plus the opt-in ones) and render them."""
+    picked: List[Tuple[Finding, Fix]] = []
+    notes: List[str] = []
+    problems: List[str] = []
+    for result in results:
+        for finding in result.findings:
+            name = f"{finding.check}/{finding.id}"
+            if not _selected(finding, options):
+                if finding.fix is not None:
+                    notes.append(f"{name}: left alone (--only/--skip)")
+                continue
+            if finding.fix is not None:
+                picked.append((finding, _host_aware(ctx, finding, finding.fix)))
+            elif finding.severity >= Severity.WARNING:
+                notes.append(f"{name}: no automatic fix; see `strata-doctor check -v`")
+    picked.extend(_opt_in_fixes(ctx, results, options, problems))
+    answers = tuple(
+        Answer(f"{f.check}/{f.id}", "requested" if f.check == "fix" else f.severity.label, fix.summary,
+               fix.takes_effect)
+        for f, fix in picked
+    )
+    files = _plan_files(ctx.root, picked, options.force, problems)
+    actions, manual = _plan_actions(picked, files, options.restart)
+    problems.extend(_unit_problems(ctx, files))
+    notes.extend(_numactl_notes(ctx.root, files, problems))
+    problems.extend(f"{f.path}: {f.blocked}" for f in files if f.blocked)
+    return Plan(
+        root=str(ctx.root.base), unit=ctx.config.unit, answers=answers, files=tuple(files),
+        actions=actions, manual=manual, problems=tuple(problems), notes=tuple(notes),
+        live=ctx.root.live,
+    )
+
+
+def _selected(finding: Finding, options: PlanOptions) -> bool:
+    names = {finding.check, f"{finding.check}/{finding.id}"}
+    if options.only and not names & set(options.only):
+        return False
+    return not names & set(options.skip)
+
+
+def _host_aware(ctx: HostContext, finding: Finding, fix: Fix) -> Fix:
+    # numa-binding builds its fix without the host's systemd facts; rebuild it with them
+    # (version, cgroup mode, online CPUs, ExecStart) so the plan matches this host.
+    if finding.check != "numa-binding":
+        return fix
+    from strata_doctor.binding import plan_for
+    from strata_doctor.fixes import binding_fix_for
+
+    binding = plan_for(ctx)
+    return binding_fix_for(ctx, binding) if binding is not None else fix
+
+
+def _opt_in_fixes(
+    ctx: HostContext, results: Sequence[CheckResult], options: PlanOptions, problems: List[str]
+) -> List[Tuple[Finding, Fix]]:
+    from strata_doctor.binding import plan_for
+    from strata_doctor.fixes import preflight_fix, reserve_node_fix
+
+    extra: List[Tuple[Finding, Fix]] = []
+    if options.reserve_node:
+        binding = plan_for(ctx)
+        contention = [f for r in results for f in r.findings
+                      if f.check == "cpu-contention" and f.severity > Severity.OK]
+        finding = contention[0] if contention else Finding("fix", "reserve-node", Severity.INFO, "")
+        if binding is None:
+            problems.append("--reserve-node: no node to reserve (one NUMA node, no GPU, or --numa off)")
+        else:
+            label = "--reserve-node"
+            if finding.check != "fix":
+                label = f"{finding.check}/{finding.id} ({label})"
+            fix, why = reserve_node_fix(ctx, binding, label)
+            if fix is None:
+                problems.append(why)
+            else:
+                extra.append((finding, fix))
+    if options.preflight:
+        finding = Finding("fix", "preflight", Severity.INFO, "")
+        extra.append((finding, preflight_fix(ctx.config.unit, "--preflight")))
+    return extra
+
+
+def _plan_files(
+    root: Root, picked: Sequence[Tuple[Finding, Fix]], force: bool, problems: List[str]
+) -> List[PlannedFile]:
+    by_path: Dict[str, List[Tuple[str, FileChange]]] = {}
+    for finding, fix in picked:
+        for change in fix.files:
+            by_path.setdefault(change.path, []).append((f"{finding.check}/{finding.id}", change))
+    files: List[PlannedFile] = []
+    for path, changes in by_path.items():
+        planned = _merge(path, changes, problems)
+        if planned is not None:
+            files.append(_with_current(root, planned, force))
+    return files
+
+
+def _merge(path: str, changes: List[Tuple[str, FileChange]], problems: List[str]) -> Optional[PlannedFile]:
+    names = tuple(dict.fromkeys(name for name, _ in changes))
+    first = changes[0][1]
+    if len({c.template for _, c in changes}) > 1 or len({c.mode for _, c in changes}) > 1:
+        problems.append(f"{path}: fixes for {', '.join(names)} want different files there")
+        return None
+    contexts = [dict(c.context) for _, c in changes]
+    if len(changes) > 1 and all("settings" in c for c in contexts):
+        merged = _merge_settings(path, contexts, problems)
+        if merged is None:
+            return None
+        context: Dict[str, Any] = dict(contexts[0], settings=merged, finding=", ".join(names))
+    else:
+        context = dict(contexts[0])
+        context.setdefault("finding", ", ".join(names))
+        rendered = {render_template(c.template, dict(dict(c.context), finding=context["finding"]))
+                    for _, c in changes}
+        if len(rendered) > 1:
+            problems.append(f"{path}: fixes for {', '.join(names)} want different contents")
+            return None
+    return PlannedFile(path, first.mode, render_template(first.template, context), first.template, names)
+
+
+def _merge_settings(path: str, contexts: List[Dict[str, Any]], problems: List[str]) -> Optional[List[Any]]:
+    merged: Dict[str, Tuple[Any, ...]] = {}
+    for context in contexts:
+        for setting in context["settings"]:
+            key = setting[0]
+            if key in merged and str(merged[key][1]) != str(setting[1]):
+                problems.append(f"{path}: two fixes set {key} to {merged[key][1]} and {setting[1]}")
+                return None
+            merged.setdefault(key, tuple(setting))
+    return list(merged.values())
+
+
+def _with_current(root: Root, planned: PlannedFile, force: bool) -> PlannedFile:
+    real = root.path(planned.path)
+    try:
+        info = os.lstat(real)
+    except FileNotFoundError:
+        return planned
+    except OSError as exc:
+        return replace(planned, blocked=f"cannot inspect: {exc.strerror}")
+    if stat.S_ISLNK(info.st_mode):
+        return replace(planned, current=b"", blocked="is a symlink; strata-doctor never writes through one")
+    if not stat.S_ISREG(info.st_mode):
+        return replace(planned, current=b"", blocked="exists and is not a regular file")
+    current = read_no_follow(str(real))
+    mode = stat.S_IMODE(info.st_mode)
+    planned = replace(planned, current=current, current_mode=mode)
+    text = (current or b"").decode("utf-8", "replace")
+    if planned.changed and MANAGED_MARKER not in text and not force:
+        return replace(planned, blocked="exists and was not written by strata-doctor; --force overwrites "
+                       "it (the original is kept for --revert)")
+    return planned
+
+
+def read_no_follow(path: str) -> Optional[bytes]:
+    """Read a file without following a symlink at its last component."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP):
+            return None
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read()
+
+
+def _plan_actions(
+    picked: Sequence[Tuple[Finding, Fix]], files: Sequence[PlannedFile], restart: bool
+) -> Tuple[Tuple[PlannedAction, ...], Tuple[Tuple[str, str], ...]]:
+    changed = {f.path for f in files if f.changed}
+    actions: Dict[Tuple[str, str, str], List[str]] = {}
+    manual: List[Tuple[str, str]] = []
+    for finding, fix in picked:
+        name = f"{finding.check}/{finding.id}"
+        if fix.files and not any(c.path in changed for c in fix.files):
+            continue  # already configured: nothing to run, nothing to restart
+        for action in fix.actions:
+            if action.kind == "restart-unit" and not restart:
+                manual.append((name, f"Restart {action.target} when convenient."))
+                continue
+            actions.setdefault((action.kind, action.target, action.value), []).append(name)
+        manual.extend((name, step.text) for step in fix.manual)
+    ordered = sorted(actions.items(), key=lambda kv: _action_rank(kv[0][0]))
+    planned = tuple(PlannedAction(k, t, v, tuple(dict.fromkeys(n))) for (k, t, v), n in ordered)
+    seen: Dict[str, Tuple[str, str]] = {}
+    for name, text in manual:
+        seen.setdefault(text, (name, text))  # one restart line, however many fixes need it
+    return planned, tuple(seen.values())
+
+
+def _action_rank(kind: str) -> int:
+    return ACTION_ORDER.index(kind) if kind in ACTION_ORDER else len(ACTION_ORDER)
+
+
+def _unit_problems(ctx: HostContext, files: Sequence[PlannedFile]) -> List[str]:
+    unit = ctx.config.unit
+    if not any(f.path.startswith(f"/etc/systemd/system/{unit}.d/") and f.changed for f in files):
+        return []
+    if ctx.unit.loaded or any(ctx.root.exists(f"{d}/{unit}") for d in UNIT_DIRS):
+        return []
+    if ctx.unit.available:
+        return [f"unit {unit} is not known to systemd here; name the engine's unit with --unit NAME"]
+    if ctx.root.live:
+        why = ctx.unit.reason or "systemd is not available"
+        return [f"unit {unit}: {why}; its drop-ins would do nothing"]
+    return []
+
+
+def _numactl_notes(root: Root, files: Sequence[PlannedFile], problems: List[str]) -> List[str]:
+    if not any(f.template in ("strata-numa.j2", "numactl-exec-dropin.conf.j2") and f.changed for f in files):
+        return []
+    if any(root.exists(p) for p in NUMACTL_PATHS):
+        return []
+    if any(f.template == "numactl-exec-dropin.conf.j2" and f.changed for f in files):
+        problems.append("numactl is not installed, and the engine unit would start through it: "
+                        "install numactl first (apt install numactl / dnf install numactl)")
+        return []
+    return ["numactl is not installed: /usr/local/bin/strata-numa refuses to run until it is"]
+
+
+# -- templates ----------------------------------------------------------------
+def render_template(name: str, context: Dict[str, Any]) -> str:
+    """Render one template from the templates package; a missing variable raises."""
+    return str(_environment().get_template(name).render(**context))
+
+
+_ENV: List[Any] = []
+
+
+def _environment() -> Any:
+    if _ENV:
+        return _ENV[0]
+    import jinja2  # only the fix path pays for the template engine
+
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(_load_template),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    _ENV.append(env)
+    return env
+
+
+def _load_template(name: str) -> Optional[str]:
+    from importlib.resources import files
+
+    resource = files("strata_doctor.templates").joinpath(name)
+    return resource.read_text(encoding="utf-8") if resource.is_file() else None
+
+
+# -- output -------------------------------------------------------------------
+def plan_data(plan: Plan) -> Dict[str, Any]:
+    """The plan as plain data (``strata-doctor/fix-plan/v1``)."""
+    return {
+        "schema": PLAN_SCHEMA,
+        "root": plan.root,
+        "unit": plan.unit,
+        "answers": [vars(a) for a in plan.answers],
+        "files": [
+            {"path": f.path, "mode": f"{f.mode:04o}", "status": f.status, "template": f.template,
+             "findings": list(f.findings), "diff": f.diff(), "content": f.content,
+             "blocked": f.blocked or None}
+            for f in plan.files
+        ],
+        "actions": [
+            {"kind": a.kind, "target": a.target, "value": a.value, "findings": list(a.findings),
+             "taken": plan.live}
+            for a in plan.actions
+        ],
+        "manual": [{"finding": n, "text": t} for n, t in plan.manual],
+        "takes_effect": plan.takes_effect,
+        "problems": list(plan.problems),
+        "notes": list(plan.notes),
+        "changes": len(plan.changes),
+    }
+
+
+def plan_json(plan: Plan) -> str:
+    """The plan as JSON with sorted keys."""
+    return json.dumps(plan_data(plan), indent=2, sort_keys=True) + "\n"
+
+
+def plan_text(plan: Plan) -> str:
+    """The plan for people: answers, diffs, actions, manual steps, what it needs."""
+    lines: List[str] = []
+    if not plan.answers:
+        lines.append("Nothing to fix: no finding on this host carries a fix.")
+    for answer in plan.answers:
+        lines.append(f"• {answer.finding} ({answer.severity}): {answer.summary}")
+    for planned in plan.files:
+        lines.append("")
+        lines.append(f"{planned.status.upper()} {planned.path} (mode {planned.mode:04o})")
+        if planned.blocked:
+            lines.append(f"  refused: {planned.blocked}")
+        elif planned.changed:
+            lines.append(planned.diff().rstrip("\n"))
+    if plan.actions:
+        lines.append("")
+        where = "Runtime actions:" if plan.live else \
+            "Runtime actions (not taken when writing into --root; they run on the live host):"
+        lines.append(where)
+        lines.extend(f"  $ {a.described}" for a in plan.actions)
+    if plan.manual:
+        lines.append("")
+        lines.append("Left to you:")
+        lines.extend(f"  - {text}" for _, text in plan.manual)
+    lines.extend(_effect_lines(plan))
+    for note in plan.notes:
+        lines.append(f"note: {note}")
+    for problem in plan.problems:
+        lines.append(f"cannot apply: {problem}")
+    return "\n".join(lines) + "\n"
+
+
+def _effect_lines(plan: Plan) -> List[str]:
+    if plan.empty:
+        return ["", "Nothing to change: every fix is already in place."] if plan.answers else []
+    effect = {
+        "now": "takes effect at once",
+        "reload": "takes effect after `systemctl daemon-reload`",
+        "restart": f"needs a restart of {plan.unit} (after `systemctl daemon-reload`)",
+        "reboot": "needs a reboot for everything to take effect",
+    }[plan.takes_effect]
+    return ["", f"{len(plan.changes)} file(s) to write; {effect}."]
