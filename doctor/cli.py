@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import click
+
 from strata_doctor import __version__
 from strata_doctor.model import Severity
 
@@ -23,6 +24,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 LAZY_COMMANDS: Dict[str, str] = {
     "check": "strata_doctor.cli:check_command",
     "list-checks": "strata_doctor.cli:list_checks_command",
+    "fix": "strata_doctor.cli_fix:fix_command",
 }
 
 
