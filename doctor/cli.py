@@ -25,6 +25,7 @@ LAZY_COMMANDS: Dict[str, str] = {
     "check": "strata_doctor.cli:check_command",
     "list-checks": "strata_doctor.cli:list_checks_command",
     "fix": "strata_doctor.cli_fix:fix_command",
+    "report": "strata_doctor.cli_report:report_command",
 }
 
 

@@ -1,0 +1,400 @@
+"""Report bundles: a replayable, redacted archive of exactly what the checks read.
+
+``strata-doctor report --bundle FILE.tar.gz`` writes one; ``strata-doctor check --bundle
+FILE`` (or ``--root`` on the unpacked folder) replays it. The archive holds a single folder,
+:data:`TOP`, laid out as a captured root (docs/capture-layout.md)::
+
+    strata-doctor-bundle/manifest.json      every entry: size, sha256; every unreadable thing
+    strata-doctor-bundle/report.md          the Markdown report
+    strata-doctor-bundle/check.json         the check JSON
+    strata-doctor-bundle/sys/..., proc/...  the files the checks read, as read
+    strata-doctor-bundle/etc/strata-doctor.yaml       the engine settings in effect
+    strata-doctor-bundle/.strata-doctor/commands/...  command captures
+
+The entries come from the Root's records (``reads``, ``commands``), never from a list
+kept here, so a new check is bundled without more work. Archives are deterministic:
+sorted entries, mtime 0, uid/gid 0, no names, a gzip header without time or file name.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gzip
+import hashlib
+import io
+import json
+import os
+import posixpath
+import shutil
+import stat
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from strata_doctor.engine import DEFAULT_CONFIG, EngineConfig
+from strata_doctor.redact import Redactor
+from strata_doctor.root import COMMANDS_DIR, CommandResult, Root
+
+TOP = "strata-doctor-bundle"
+SCHEMA = "strata-doctor/bundle/v1"
+DOCUMENTS = ("manifest.json", "report.md", "check.json")
+MAX_LINK_HOPS = 40  # as the kernel's own limit on nested symlinks
+MAX_UNPACKED = 256 * 2**20  # a bundle is well under 1 MiB; refuse archive bombs
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One archive member, before redaction."""
+
+    path: str
+    """Host path (``/sys/...``), or a path under the capture folder."""
+    kind: str
+    """``file``, ``dir`` or ``link``."""
+    data: bytes = b""
+    """Contents of a file."""
+    target: str = ""
+    """Target of a link, relative to the link's folder."""
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What a run read, ready to archive: entries plus what could not be read."""
+
+    entries: Tuple[Entry, ...]
+    """Files, folders and links, sorted by path."""
+    unreadable: Tuple[Tuple[str, str], ...]
+    """(host path or ``$ command``, reason)."""
+    listings: Tuple[Tuple[str, int, int], ...]
+    """(folder, entries on the host, entries kept): listings keep what was read below them."""
+
+
+@dataclass(frozen=True)
+class BundleInfo:
+    """What was written."""
+
+    path: str
+    """The archive's path."""
+    size: int
+    """Its size in bytes."""
+    entries: int
+    """Members in the archive."""
+    unreadable: int
+    """Things listed as not readable in the manifest."""
+
+
+# -- collecting -----------------------------------------------------------------
+def capture(root: Root, reads: Optional[Mapping[str, Optional[str]]] = None,
+            commands: Optional[Mapping[str, CommandResult]] = None) -> Capture:
+    """Turn the root's records into archive entries (``reads``/``commands``: a snapshot)."""
+    reads = dict(root.reads if reads is None else reads)
+    commands = dict(root.commands if commands is None else commands)
+    builder = _Builder(root)
+    unreadable: List[Tuple[str, str]] = []
+    for path, reason in sorted(reads.items()):
+        if reason is not None:
+            unreadable.append((path, reason))
+        elif not path.endswith("/"):
+            builder.add_read(path)
+    listings = [builder.add_listing(path[:-1] or "/") for path, reason in sorted(reads.items())
+                if reason is None and path.endswith("/")]
+    for key, result in sorted(commands.items()):
+        note = builder.add_command(key, result)
+        if note:
+            unreadable.append((result.display, note))
+    return Capture(builder.sorted_entries(), tuple(unreadable), tuple(listings))
+
+
+class _Builder:
+    """Resolves recorded host paths inside the root, keeping symlinks as symlinks."""
+
+    def __init__(self, root: Root) -> None:
+        self.root = root
+        self.entries: Dict[str, Entry] = {}
+
+    def sorted_entries(self) -> Tuple[Entry, ...]:
+        return tuple(self.entries[p] for p in sorted(self.entries))
+
+    def add_read(self, host_path: str) -> None:
+        real = self.resolve(host_path, follow_last=False)
+        if real is None:
+            return
+        full = self.root.path(real)
+        if full.is_symlink():
+            # Recorded by readlink (a PCI driver link): the link itself is the fact.
+            self._add_link(real)
+            target = self.resolve(real, follow_last=True)
+            if target is None or not self.root.path(target).is_file():
+                return
+            real = target
+        data = self.root.read_bytes(host_path)
+        if data is not None:
+            self._add_dirs(posixpath.dirname(real))
+            self.entries[real] = Entry(real, "file", data)
+
+    def add_listing(self, host_path: str) -> Tuple[str, int, int]:
+        real = self.resolve(host_path, follow_last=True)
+        if real is None:
+            return host_path, 0, 0
+        self._add_dirs(real)
+        names = self.root.listdir(real)
+        prefix = real.rstrip("/") + "/"
+        kept = {p[len(prefix):].split("/", 1)[0] for p in self.entries if p.startswith(prefix)}
+        return host_path, len(names), len(kept & set(names))
+
+    def add_command(self, key: str, result: CommandResult) -> Optional[str]:
+        base = f"/{COMMANDS_DIR}/{key}"
+        if result.missing:
+            return "not found" + (f" ({result.stderr.strip()})" if result.stderr.strip() else "")
+        self._add_dirs(f"/{COMMANDS_DIR}")
+        self.entries[base + ".txt"] = Entry(base + ".txt", "file", result.stdout.encode("utf-8"))
+        if result.timed_out:
+            # The layout has no timeout marker: a status no program returns tells the story.
+            self.entries[base + ".rc"] = Entry(base + ".rc", "file", b"124\n")
+            return "timed out"
+        if result.status:
+            self.entries[base + ".rc"] = Entry(base + ".rc", "file", f"{result.status}\n".encode())
+        if result.stderr:
+            self.entries[base + ".err"] = Entry(base + ".err", "file", result.stderr.encode("utf-8"))
+        return None
+
+    def resolve(self, host_path: str, follow_last: bool) -> Optional[str]:
+        """The path with every symlinked folder replaced by its target, links recorded."""
+        parts = [p for p in host_path.split("/") if p]
+        done = ""
+        hops = 0
+        while parts:
+            name = parts.pop(0)
+            if name == "..":
+                done = posixpath.dirname(done) if done else ""
+                continue
+            if name == ".":
+                continue
+            candidate = f"{done}/{name}"
+            if (parts or follow_last) and self.root.path(candidate).is_symlink():
+                hops += 1
+                if hops > MAX_LINK_HOPS:
+                    return None
+                target = self._add_link(candidate)
+                parts = [p for p in target.split("/") if p] + parts
+                done = ""  # the target is absolute: start again from the root
+                continue
+            done = candidate
+        return done or "/"
+
+    def _add_link(self, link: str) -> str:
+        """Record a link with a target made relative and kept inside the root; returns the
+        target as an absolute host path."""
+        raw = os.readlink(self.root.path(link))
+        folder = posixpath.dirname(link)
+        absolute = posixpath.normpath(posixpath.join(folder, raw)) if not raw.startswith("/") else \
+            posixpath.normpath(raw)
+        absolute = "/" + absolute.lstrip("/")  # '..' above / stays at /, as the kernel does
+        relative = posixpath.relpath(absolute, folder)
+        self._add_dirs(folder)
+        self.entries[link] = Entry(link, "link", target=relative)
+        return absolute
+
+    def _add_dirs(self, host_path: str) -> None:
+        path = host_path
+        while path not in ("", "/"):
+            existing = self.entries.get(path)
+            if existing is not None and existing.kind != "dir":
+                return
+            self.entries.setdefault(path, Entry(path, "dir"))
+            path = posixpath.dirname(path)
+
+
+# -- writing --------------------------------------------------------------------
+def settings_yaml(config: EngineConfig) -> bytes:
+    """The engine settings in effect, as the default config file of the replayed host.
+
+    Written into every bundle so a replay sees the arena and unit the reporter gave with
+    ``--arena`` or ``--config`` (sizes in bytes: exact, and accepted by the parser).
+    """
+    lines = ["# Engine settings in effect when this bundle was written (strata-doctor report)."]
+    values: List[Tuple[str, Any]] = [
+        ("arena", config.arena_bytes), ("kv", config.kv_bytes), ("headroom", config.headroom_bytes),
+        ("unit", config.unit), ("workers", config.workers), ("hugepages", config.hugepages),
+        ("gpu", config.gpu), ("numa", config.numa),
+    ]
+    for key, value in values:
+        if value is not None:
+            lines.append(f"{key}: {json.dumps(value) if isinstance(value, str) else value}")
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def redact_capture(captured: Capture, redactor: Redactor, config: EngineConfig) -> List[Entry]:
+    """The archive's host entries, redacted, with the engine settings in effect added.
+
+    Every user name is learned from every entry before any is replaced, so a name that
+    first shows up in a home path is replaced in the files read before it as well.
+    """
+    entries = {e.path: e for e in captured.entries}
+    entries[DEFAULT_CONFIG] = Entry(DEFAULT_CONFIG, "file", settings_yaml(config))
+    entries.setdefault("/etc", Entry("/etc", "dir"))
+    for entry in entries.values():
+        redactor.learn(entry.path)
+        redactor.learn(entry.data.decode("utf-8", "surrogateescape"))
+    return [
+        Entry(redactor.text(e.path), e.kind, redactor.data(e.data), redactor.text(e.target))
+        for e in (entries[p] for p in sorted(entries))
+    ]
+
+
+def write_bundle(path: str, captured: Capture, members: List[Entry], redactor: Redactor,
+                 documents: Mapping[str, bytes]) -> BundleInfo:
+    """Write the archive: the members, the documents and a manifest, deterministically.
+
+    ``members`` come from :func:`redact_capture`; ``documents`` (``report.md``,
+    ``check.json``) are already redacted by the same redactor, so placeholders agree.
+    """
+    manifest = manifest_data(captured, members, redactor)
+    payload = dict(documents)
+    manifest_text = json.dumps(redactor.value(manifest), indent=2, sort_keys=True) + "\n"
+    payload["manifest.json"] = manifest_text.encode("utf-8")
+    everything = list(members) + [Entry("/" + name, "file", payload[name]) for name in sorted(payload)]
+    everything.sort(key=lambda e: e.path)
+    _write_archive(path, everything)
+    return BundleInfo(path, os.path.getsize(path), len(everything) + 1, len(captured.unreadable))
+
+
+def manifest_data(captured: Capture, members: List[Entry], redactor: Redactor) -> Dict[str, Any]:
+    """The manifest: each member's size and sha256, and each thing not read, with why."""
+    from strata_doctor import __version__
+
+    rows: List[Dict[str, Any]] = []
+    for entry in members:
+        row: Dict[str, Any] = {"path": entry.path, "kind": entry.kind}
+        if entry.kind == "file":
+            row.update(size=len(entry.data), sha256=hashlib.sha256(entry.data).hexdigest())
+        elif entry.kind == "link":
+            row["target"] = entry.target
+        rows.append(row)
+    return {
+        "schema": SCHEMA,
+        "strata_doctor": __version__,
+        "redacted": redactor.enabled,
+        "redactions": redactor.counts(),
+        "entries": rows,
+        "unreadable": [{"what": what, "reason": why} for what, why in captured.unreadable],
+        "listings": [{"path": p, "host_entries": n, "kept": k} for p, n, k in captured.listings],
+        "notes": [
+            f"{DEFAULT_CONFIG} holds the engine settings in effect when the bundle was written.",
+            "Listed folders keep only the entries something was read below.",
+        ],
+    }
+
+
+def _write_archive(path: str, members: List[Entry]) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(_info(TOP, tarfile.DIRTYPE, 0o755))
+        for entry in members:
+            name = TOP + entry.path
+            if entry.kind == "dir":
+                tar.addfile(_info(name, tarfile.DIRTYPE, 0o755))
+            elif entry.kind == "link":
+                info = _info(name, tarfile.SYMTYPE, 0o777)
+                info.linkname = entry.target
+                tar.addfile(info)
+            else:
+                info = _info(name, tarfile.REGTYPE, 0o644)
+                info.size = len(entry.data)
+                tar.addfile(info, io.BytesIO(entry.data))
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
+                                               compresslevel=9) as gz:
+        gz.write(buffer.getvalue())
+    os.replace(tmp, path)
+
+
+def _info(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.mode = mode
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+# -- reading --------------------------------------------------------------------
+def unpack(path: str | os.PathLike[str]) -> Path:
+    """Unpack a bundle into a temporary folder (removed at exit) and return its root.
+
+    Refuses, with ValueError, anything a bundle never holds: absolute names, ``..``,
+    devices, FIFOs, hard links, links that are absolute or lead outside the bundle.
+    """
+    try:
+        with tarfile.open(path, mode="r:*") as tar:
+            members = tar.getmembers()
+            _validate(members)
+            target = Path(tempfile.mkdtemp(prefix="strata-doctor-bundle-"))
+            atexit.register(shutil.rmtree, target, ignore_errors=True)
+            _extract(tar, members, target)
+    except tarfile.TarError as exc:
+        raise ValueError(f"not a readable tar archive ({exc})") from None
+    top = target / TOP
+    if not (top / "manifest.json").is_file():
+        raise ValueError(f"no {TOP}/manifest.json in the archive")
+    return top
+
+
+def _validate(members: List[tarfile.TarInfo]) -> None:
+    total = 0
+    for member in members:
+        name = member.name
+        parts = name.split("/")
+        if name.startswith("/") or ".." in parts or "\\" in name:
+            raise ValueError(f"unsafe member name {name!r}")
+        if parts[0] != TOP:
+            raise ValueError(f"member {name!r} is outside {TOP}/")
+        if not (member.isfile() or member.isdir() or member.issym()):
+            raise ValueError(f"member {name!r} is not a file, folder or symlink")
+        if member.issym():
+            _validate_link(member)
+        total += member.size
+        if total > MAX_UNPACKED:
+            raise ValueError(f"unpacks to more than {MAX_UNPACKED // 2**20} MiB")
+
+
+def _validate_link(member: tarfile.TarInfo) -> None:
+    target = member.linkname
+    if target.startswith("/"):
+        raise ValueError(f"link {member.name!r} is absolute ({target})")
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(member.name), target))
+    if resolved != TOP and not resolved.startswith(TOP + "/"):
+        raise ValueError(f"link {member.name!r} leads outside the bundle ({target})")
+
+
+def _extract(tar: tarfile.TarFile, members: List[tarfile.TarInfo], target: Path) -> None:
+    base = os.path.realpath(target)
+    links = []
+    for member in members:
+        dest = target / member.name
+        _check_inside(base, dest.parent)
+        if member.isdir():
+            dest.mkdir(parents=True, exist_ok=True)
+        elif member.issym():
+            links.append(member)  # after the files, so none is written through a link
+        else:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            source = tar.extractfile(member)
+            data = source.read() if source is not None else b""
+            dest.write_bytes(data)
+            os.chmod(dest, stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
+    for member in links:
+        dest = target / member.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        _check_inside(base, dest.parent)
+        if os.path.lexists(dest):
+            raise ValueError(f"member {member.name!r} appears twice")
+        os.symlink(member.linkname, dest)
+
+
+def _check_inside(base: str, folder: Path) -> None:
+    real = os.path.realpath(folder)
+    if real != base and not real.startswith(base + os.sep):
+        raise ValueError(f"{folder} resolves outside the bundle")

@@ -1,0 +1,143 @@
+"""``strata-doctor report``: a Markdown (or JSON) bug report, and optionally a bundle.
+
+``report`` takes the same host and engine options as ``check`` except one: here
+``--bundle FILE.tar.gz`` *writes* a bundle, where ``check --bundle FILE`` reads one. The
+exit code is 0 when the report was written (whatever it found; ``check`` is for gating),
+2 on a usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+
+import click
+
+from strata_doctor.cli import (
+    FAIL_ON,
+    UsageFailure,
+    host_from_kwargs,
+    host_options,
+    open_host,
+    run_selected,
+)
+from strata_doctor.model import Severity
+
+F = TypeVar("F", bound=Callable[..., Any])
+MAX_PASSES = 3  # a redaction pass can find a value that changes the summary line once
+
+
+def report_host_options(func: F) -> F:
+    """``check``'s host options without its ``--bundle`` (input), which ``report`` reuses
+    for its output archive."""
+    func = host_options(func)
+    params = getattr(func, "__click_params__", [])
+    func.__click_params__ = [p for p in params if p.name != "bundle"]  # type: ignore[attr-defined]
+    return func
+
+
+@click.command("report")
+@report_host_options
+@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown",
+              show_default=True, help="Markdown for an issue tracker, or the same as JSON.")
+@click.option("-o", "--output", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Write the report to FILE instead of standard output.")
+@click.option("--bundle", "bundle_out", metavar="FILE.tar.gz", type=click.Path(dir_okay=False),
+              help="Also write a replayable bundle of everything the checks read "
+                   "(replay with: strata-doctor check --bundle FILE.tar.gz).")
+@click.option("--no-redact", is_flag=True,
+              help="Keep host names, addresses, users and serials (the report says so at the top).")
+@click.option("--ignore", multiple=True, metavar="ID",
+              help="Downgrade this check's (or CHECK/FINDING's) findings to info; repeatable.")
+@click.option("--fail-on", type=FAIL_ON, default="error", show_default=True,
+              help="Lowest severity that makes the verdict 'not ready'.")
+def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], no_redact: bool,
+                   ignore: Tuple[str, ...], fail_on: str, **kwargs: Any) -> None:
+    """Write a bug report of this host (Markdown or JSON), redacted, and optionally a bundle."""
+    from strata_doctor import render
+    from strata_doctor.redact import Redactor
+    from strata_doctor.report import build_report, private_values, protected_words
+
+    kwargs["bundle"] = None
+    root, ctx = open_host(host_from_kwargs(kwargs))
+    results = run_selected(ctx, (), ignore)
+    code = render.exit_code(results, Severity.parse(fail_on))
+    # The check JSON as `check --format json` prints it, before the report reads more facts.
+    check_data = render.to_json_data(ctx, results, code)
+    report = build_report(ctx, results, code)
+    redactor = Redactor(enabled=not no_redact)
+    if redactor.enabled:
+        redactor.protect(protected_words(ctx, results))
+        redactor.learn_host(root)
+        for kind, value in private_values(root):
+            redactor.add(kind, value)
+    bundle_parts = _prepare_bundle(root, ctx, redactor) if bundle_out else None
+    markdown, data, check = _render(report, check_data, redactor)
+    text = markdown if fmt == "markdown" else json.dumps(data, indent=2, sort_keys=True) + "\n"
+    if bundle_out and bundle_parts is not None:
+        _write_bundle(bundle_out, bundle_parts, redactor, markdown, check)
+    _emit(text, output)
+
+
+def _prepare_bundle(root: Any, ctx: Any, redactor: Any) -> Tuple[Any, List[Any]]:
+    from strata_doctor.bundle import capture, redact_capture
+
+    captured = capture(root)
+    return captured, redact_capture(captured, redactor, ctx.config)
+
+
+def _render(
+    report: Any, check_data: Dict[str, Any], redactor: Any
+) -> Tuple[str, Dict[str, Any], Dict[str, Any]]:
+    """Markdown, report JSON and check JSON, redacted; rendered again while a pass still
+    finds new values, so the redaction summary counts everything it replaced."""
+    from strata_doctor.report import render_markdown, report_data
+
+    markdown, data, check = "", {}, {}
+    for _ in range(MAX_PASSES):
+        before = redactor.counts()
+        markdown = redactor.text(render_markdown(report, redactor.summary() if redactor.enabled else None))
+        check = redactor.value(check_data)
+        data = redactor.value(dict(check_data, report=report_data(report)))
+        data["report"]["redaction"] = {"enabled": redactor.enabled, "counts": redactor.counts()}
+        if redactor.counts() == before:
+            break
+    return markdown, data, check
+
+
+def _write_bundle(path: str, parts: Tuple[Any, List[Any]], redactor: Any, markdown: str,
+                  check_data: Dict[str, Any]) -> None:
+    from strata_doctor.bundle import write_bundle
+
+    captured, members = parts
+    documents = {
+        "report.md": markdown.encode("utf-8"),
+        "check.json": (json.dumps(check_data, indent=2, sort_keys=True) + "\n").encode("utf-8"),
+    }
+    try:
+        info = write_bundle(path, captured, members, redactor, documents)
+    except OSError as exc:
+        raise UsageFailure(f"--bundle {path}: cannot write: {exc.strerror or exc}") from None
+    click.echo(
+        f"strata-doctor: wrote {info.path} ({info.size / 1024:.1f} KiB, {info.entries} entries, "
+        f"{info.unreadable} unreadable things listed in manifest.json); "
+        f"replay with: strata-doctor check --bundle {info.path}",
+        err=True,
+    )
+
+
+def _emit(text: str, output: Optional[str]) -> None:
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        with open(output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise UsageFailure(f"--output {output}: cannot write: {exc.strerror or exc}") from None
+    click.echo(f"strata-doctor: wrote {output}", err=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    report_command(sys.argv[1:])

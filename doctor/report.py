@@ -1,0 +1,712 @@
+"""``strata-doctor report``: the check results as a bug report in the seed report's shape.
+
+The report is data first (:class:`Report`), rendered to Markdown by
+``templates/report.md.j2`` or to JSON (the check JSON plus a ``report`` section). Every
+extra fact it shows (versions, the hugepage and THP state, nvidia-smi) is read through
+the host's Root, so a bundle replays the report as well as the checks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+from strata_doctor import __version__
+from strata_doctor.binding import assess, plan_for
+from strata_doctor.context import HostContext
+from strata_doctor.engine import EngineConfig
+from strata_doctor.facts import Gpu, normalize_address
+from strata_doctor.fixes import numactl_line
+from strata_doctor.model import CheckResult, Finding, Severity
+from strata_doctor.parse import (
+    format_bytes,
+    format_cpulist,
+    parse_bracketed_choice,
+    parse_int,
+    parse_key_values,
+    parse_meminfo,
+)
+from strata_doctor.render import EXIT_CRASH, EXIT_READY
+from strata_doctor.root import Command, CommandResult, Root, command_key
+
+REPORT_SCHEMA = "strata-doctor/report/v1"
+NVIDIA_SMI = Command("nvidia-smi", ("nvidia-smi",), timeout=10.0)
+NVIDIA_SMI_QUERY = Command(
+    "nvidia-smi-query",
+    ("nvidia-smi", "--query-gpu=pci.bus_id,name,memory.total,driver_version,uuid,serial",
+     "--format=csv,noheader"),
+    timeout=10.0,
+)
+SYSTEMCTL_VERSION = Command("systemctl-version", ("systemctl", "--version"))
+OOMD_ACTIVE = Command(
+    command_key(["systemctl", "is-active", "systemd-oomd.service"]),
+    ("systemctl", "is-active", "systemd-oomd.service"),
+)
+REPORT_COMMANDS = (NVIDIA_SMI, NVIDIA_SMI_QUERY, SYSTEMCTL_VERSION, OOMD_ACTIVE)
+"""Commands only the report runs; they are recorded (and bundled) like the checks' own."""
+
+THP_DIR = "/sys/kernel/mm/transparent_hugepage"
+NODE_DIR = "/sys/devices/system/node"
+ISA_NAMES = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16",
+             "avx512_vnni": "AVX-512 VNNI", "amx_tile": "AMX", "amx_bf16": "AMX BF16"}
+HOME_PARENTS = ("home", "Users")
+COMMAND_LINES = 60  # raw command output shown per command in the evidence block
+
+
+@dataclass(frozen=True)
+class GpuLine:
+    """One GPU as the Hardware section shows it."""
+
+    address: str
+    """PCI address, ``0000:84:00.0``."""
+    model: str
+    """Marketing name from nvidia-smi, else the vendor and PCI ids."""
+    ids: str
+    """``vendor:device`` PCI ids."""
+    memory: Optional[str]
+    """Memory size as nvidia-smi reports it (``11264 MiB``), when known."""
+    driver: Optional[str]
+    """Bound kernel driver."""
+    node: Optional[int]
+    """NUMA node the doctor placed it on."""
+    node_source: str
+    """How the node was decided (``numa_node``, ``local_cpulist``...)."""
+    link: Optional[str]
+    """PCIe link, current and maximum (``8.0 GT/s PCIe x16 of 8.0 GT/s PCIe x16``)."""
+    compute: bool
+    """Whether this is the compute GPU."""
+    role: str
+    """Why it is the compute GPU, or ``boot display``, or ''."""
+
+
+@dataclass(frozen=True)
+class NodeLine:
+    """One NUMA node's CPUs and memory."""
+
+    id: int
+    """Node id."""
+    cpus: str
+    """Online CPUs as a cpulist."""
+    cores: int
+    """Physical cores among them."""
+    threads: int
+    """Hardware threads (online CPUs)."""
+    memory_total_bytes: Optional[int]
+    """MemTotal of the node."""
+    memory_free_bytes: Optional[int]
+    """MemFree of the node."""
+    memory_only: bool
+    """True for a node with memory and no CPUs (CXL, HBM, GPU memory)."""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The Hardware section: GPUs, CPUs per node, RAM and NUMA distances."""
+
+    gpus: Tuple[GpuLine, ...]
+    """Every display-class PCI function, the compute GPU first."""
+    cpu_model: Optional[str]
+    """CPU model name."""
+    sockets: int
+    """Physical packages."""
+    cores: int
+    """Physical cores, all nodes."""
+    threads: int
+    """Online hardware threads, all nodes."""
+    isa: Tuple[str, ...]
+    """Expert-kernel ISA extensions offered, by display name."""
+    nodes: Tuple[NodeLine, ...]
+    """NUMA nodes in id order."""
+    memory_total_bytes: Optional[int]
+    """All RAM (``MemTotal`` of /proc/meminfo)."""
+    distances: Tuple[Tuple[int, Tuple[Optional[int], ...]], ...]
+    """(node id, distances to each node in ``nodes`` order)."""
+    system: Optional[str]
+    """Vendor and product from DMI, when the firmware names them."""
+
+
+@dataclass(frozen=True)
+class EngineLine:
+    """The engine's settings and its binding, configured and in effect."""
+
+    arena_bytes: Optional[int]
+    """Pinned expert arena."""
+    kv_bytes: int
+    """Pinned K/V cache."""
+    pinned_bytes: Optional[int]
+    """Arena plus K/V."""
+    headroom_bytes: int
+    """Memory kept free beside them."""
+    unit: str
+    """Engine systemd unit."""
+    workers: Optional[int]
+    """Expert-pool threads, when set."""
+    hugepages: str
+    """``auto``, ``hugetlb`` or ``thp``."""
+    numa: str
+    """``auto``, ``off`` or a node id."""
+    config_source: Optional[str]
+    """The config file the settings came from."""
+    planned: Optional[str]
+    """The recommended numactl line; None when there is nothing to bind."""
+    configured: Optional[bool]
+    """Whether unit files on disk bind the engine as planned."""
+    effective: Optional[bool]
+    """Whether the running engine or loaded unit follows the plan; None when unknown."""
+    unit_state: Optional[str]
+    """``ActiveState/SubState`` from systemd, or why it is unknown."""
+
+
+@dataclass(frozen=True)
+class MemoryState:
+    """Hugepages, THP and systemd-oomd: the seed's MAP_HUGETLB and oomd trap."""
+
+    nr_hugepages: Optional[int]
+    """``/proc/sys/vm/nr_hugepages``."""
+    hugepage_bytes: Optional[int]
+    """Default hugepage size (``Hugepagesize``)."""
+    hugepages_free: Optional[int]
+    """``HugePages_Free``."""
+    hugepages_reserved: Optional[int]
+    """``HugePages_Rsvd``."""
+    per_node: Tuple[Tuple[int, int], ...]
+    """(node, hugepages of the default size) from the node's hugepages directory."""
+    thp_enabled: Optional[str]
+    """Selected mode of ``transparent_hugepage/enabled``."""
+    thp_defrag: Optional[str]
+    """Selected mode of ``transparent_hugepage/defrag``."""
+    oomd: str
+    """systemd-oomd's state (``active``, ``inactive``...) or why it is unknown."""
+    unit_oom_policy: Optional[str]
+    """The engine unit's ManagedOOM settings, when systemd showed them."""
+
+
+@dataclass(frozen=True)
+class FindingLine:
+    """One finding, as the report lists it."""
+
+    check: str
+    """The check's id."""
+    id: str
+    """The finding's id."""
+    severity: str
+    """``ok``, ``info``, ``warning`` or ``error``."""
+    mark: str
+    """The text output's mark for the severity."""
+    summary: str
+    """One line."""
+    detail: str
+    """Why, in a few sentences."""
+    ignored: bool
+    """Downgraded with ``--ignore``."""
+    fix: Optional[str]
+    """The fix's summary."""
+    fix_steps: Tuple[str, ...]
+    """Steps left to the operator."""
+    evidence: Tuple[Tuple[str, str], ...]
+    """(source, value) pairs."""
+
+
+@dataclass(frozen=True)
+class CheckLine:
+    """A check that produced no findings: skipped or crashed."""
+
+    check: str
+    """The check's id."""
+    status: str
+    """``skipped`` or ``crashed``."""
+    reason: str
+    """Why."""
+
+
+@dataclass(frozen=True)
+class Versions:
+    """Software versions the maintainers ask for first."""
+
+    kernel: Optional[str]
+    """``/proc/sys/kernel/osrelease``."""
+    distribution: Optional[str]
+    """``PRETTY_NAME`` of ``/etc/os-release``."""
+    systemd: Optional[str]
+    """From ``systemctl --version``."""
+    nvidia_driver: Optional[str]
+    """From ``nvidia-smi``."""
+    cuda: Optional[str]
+    """The CUDA version the driver supports, from ``nvidia-smi``."""
+    strata_doctor: str
+    """This tool's version."""
+    python: str
+    """The Python running it."""
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """A command the run used, with its raw output for the evidence block."""
+
+    display: str
+    """``$ systemctl show ...``."""
+    outcome: str
+    """``exit 0``, ``not found``, ``timed out``..."""
+    output: str
+    """stdout, shortened to :data:`COMMAND_LINES` lines."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything the report shows, before redaction and rendering."""
+
+    verdict: str
+    """One line: ready or not, and the worst finding."""
+    ready: bool
+    """Whether the check exit code is 0."""
+    exit_code: int
+    """The check exit code."""
+    hardware: Hardware
+    """GPUs, CPUs, RAM, NUMA distances."""
+    engine: EngineLine
+    """Engine settings and binding."""
+    memory: MemoryState
+    """Hugepage, THP and oomd state."""
+    findings: Tuple[FindingLine, ...]
+    """Every finding, worst first."""
+    other_checks: Tuple[CheckLine, ...]
+    """Checks that were skipped or crashed."""
+    versions: Versions
+    """Kernel, distribution, systemd, driver, CUDA, this tool."""
+    commands: Tuple[CommandLine, ...]
+    """Commands run (or replayed), with output."""
+    unreadable: Tuple[Tuple[str, str], ...]
+    """(host path or command, reason) for what could not be read."""
+    root_would_add: Tuple[str, ...]
+    """What could not be read without root, one line each."""
+    live: bool
+    """Whether this is the live host (not a captured tree)."""
+
+
+def build_report(ctx: HostContext, results: Sequence[CheckResult], code: int) -> Report:
+    """Collect the report's data; reads the few extra facts through ``ctx.root``."""
+    root = ctx.root
+    root.run_all(REPORT_COMMANDS)
+    findings = _finding_lines(results)
+    report = Report(
+        verdict=verdict_line(results, code),
+        ready=code == EXIT_READY,
+        exit_code=code,
+        hardware=read_hardware(ctx),
+        engine=engine_line(ctx),
+        memory=read_memory_state(ctx),
+        findings=findings,
+        other_checks=tuple(_other_checks(results)),
+        versions=read_versions(root),
+        commands=(),
+        unreadable=(),
+        root_would_add=(),
+        live=root.live,
+    )
+    # Commands and unreadable paths last: every read above must be in them.
+    return _with_provenance(report, root)
+
+
+def _with_provenance(report: Report, root: Root) -> Report:
+    from dataclasses import replace
+
+    return replace(
+        report,
+        commands=tuple(command_line(r) for _, r in sorted(root.commands.items())),
+        unreadable=tuple(unreadable_items(root)),
+        root_would_add=tuple(root_would_add(root)),
+    )
+
+
+# -- verdict and findings -------------------------------------------------------
+def verdict_line(results: Sequence[CheckResult], code: int) -> str:
+    """``Not ready: <worst finding>`` / ``Ready: ...`` / ``A check crashed: ...``."""
+    findings = sorted((f for r in results for f in r.findings), key=lambda f: -f.severity)
+    problems = [f for f in findings if f.severity >= Severity.WARNING]
+    if code == EXIT_CRASH:
+        crashed = ", ".join(r.check for r in results if r.crash)
+        return f"A check crashed ({crashed}); the other checks still ran"
+    if code != EXIT_READY and problems:
+        more = len(problems) - 1
+        tail = f" (+{more} more problem{'s' if more > 1 else ''})" if more else ""
+        return f"Not ready: {problems[0].check}: {problems[0].summary}{tail}"
+    if problems:
+        return f"Ready, with {len(problems)} warning{'s' if len(problems) > 1 else ''}: {problems[0].summary}"
+    return f"Ready: {len(results)} checks found nothing to fix"
+
+
+def _finding_lines(results: Sequence[CheckResult]) -> Tuple[FindingLine, ...]:
+    findings = [f for r in results for f in r.findings]
+    ordered = sorted(enumerate(findings), key=lambda pair: (-pair[1].severity, pair[0]))
+    return tuple(finding_line(f) for _, f in ordered)
+
+
+def finding_line(finding: Finding) -> FindingLine:
+    """One finding as report data."""
+    from strata_doctor.render import MARKS
+
+    fix = finding.fix
+    return FindingLine(
+        check=finding.check,
+        id=finding.id,
+        severity=finding.severity.label,
+        mark=MARKS[finding.severity],
+        summary=finding.summary,
+        detail=finding.detail,
+        ignored=finding.ignored,
+        fix=fix.summary if fix else None,
+        fix_steps=tuple(step.text for step in fix.manual) if fix else (),
+        evidence=tuple((e.source, e.value) for e in finding.evidence),
+    )
+
+
+def _other_checks(results: Sequence[CheckResult]) -> List[CheckLine]:
+    rows = []
+    for result in results:
+        if result.crash:
+            rows.append(CheckLine(result.check, "crashed", result.crash.error))
+        elif result.skip:
+            rows.append(CheckLine(result.check, "skipped", result.skip.reason))
+    return rows
+
+
+# -- hardware -------------------------------------------------------------------
+def read_hardware(ctx: HostContext) -> Hardware:
+    """The Hardware section from the context's facts and nvidia-smi."""
+    numa, cpu = ctx.numa, ctx.cpu
+    nodes = tuple(
+        NodeLine(n.id, format_cpulist(n.cpus), cpu.cores_in(n.cpus) if n.cpus else 0, len(n.cpus),
+                 n.memory_total, n.memory_free, n.memory_only)
+        for n in numa.nodes
+    )
+    online = numa.online_cpus or frozenset().union(*(n.cpus for n in numa.nodes))
+    meminfo = parse_meminfo(ctx.root.read("/proc/meminfo") or "")
+    total = meminfo.get("MemTotal") or sum(n.memory_total or 0 for n in numa.nodes) or None
+    ids = [n.id for n in numa.nodes]
+    distances = tuple((n.id, tuple(n.distance_to(o) for o in ids)) for n in numa.nodes)
+    return Hardware(
+        gpus=gpu_lines(ctx),
+        cpu_model=cpu.model,
+        sockets=cpu.sockets,
+        cores=cpu.cores_in(frozenset(online)) if online else 0,
+        threads=len(online),
+        isa=tuple(ISA_NAMES.get(flag, flag) for flag in cpu.expert_isa),
+        nodes=nodes,
+        memory_total_bytes=total,
+        distances=distances,
+        system=_system_name(ctx.root),
+    )
+
+
+def _system_name(root: Root) -> Optional[str]:
+    words = [root.read_value(f"/sys/class/dmi/id/{name}") for name in ("sys_vendor", "product_name")]
+    text = " ".join(w for w in words if w and w.lower() not in ("to be filled by o.e.m.", "default string"))
+    return text or None
+
+
+@dataclass(frozen=True)
+class SmiGpu:
+    """One row of ``nvidia-smi --query-gpu``: name, memory and driver of one GPU."""
+
+    name: str
+    """Marketing name."""
+    memory: Optional[str]
+    """``memory.total`` as printed."""
+    driver: Optional[str]
+    """``driver_version``."""
+
+
+def parse_smi_query(text: str) -> Dict[str, SmiGpu]:
+    """Parse ``nvidia-smi --query-gpu=pci.bus_id,name,memory.total,driver_version,...``.
+
+    Keys are normalised PCI addresses (nvidia-smi prints an 8-digit domain).
+    """
+    rows: Dict[str, SmiGpu] = {}
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) < 2 or fields[0].lower().startswith("pci.bus_id"):
+            continue
+        address = _smi_address(fields[0])
+        if address is None:
+            continue
+        memory = fields[2] if len(fields) > 2 and fields[2] else None
+        driver = fields[3] if len(fields) > 3 and fields[3] else None
+        rows[address] = SmiGpu(fields[1], memory, driver)
+    return rows
+
+
+def private_values(root: Root) -> List[Tuple[str, str]]:
+    """(kind, value) pairs only the report's commands reveal: GPU UUIDs and serials.
+
+    Patterns catch most private strings; a GPU serial is a bare number, so it must be known
+    to be replaced.
+    """
+    values: List[Tuple[str, str]] = []
+    for line in _stdout(root.run(NVIDIA_SMI_QUERY)).splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) > 4:
+            values.append(("uuid", re.sub(r"^(GPU|MIG)-", "", fields[4])))
+        if len(fields) > 5:
+            values.append(("serial", fields[5]))
+    return values
+
+
+def _smi_address(text: str) -> Optional[str]:
+    match = re.match(r"^([0-9A-Fa-f]+):([0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$", text)
+    if not match:
+        return None
+    return f"{int(match.group(1), 16):04x}:{match.group(2).lower()}"
+
+
+def gpu_lines(ctx: HostContext) -> Tuple[GpuLine, ...]:
+    """Every GPU, the compute GPU first."""
+    smi = parse_smi_query(_stdout(ctx.root.run(NVIDIA_SMI_QUERY)))
+    placement = ctx.placement
+    compute = placement.gpu.address if placement else None
+    lines = []
+    for gpu in ctx.gpus:
+        chosen = gpu.address == compute
+        node, source = (placement.node, placement.node_source) if chosen and placement else (
+            (gpu.numa_node_raw, "numa_node") if (gpu.numa_node_raw or -1) >= 0 else (None, "none"))
+        role = (f"compute GPU: {placement.choice_reason}" if chosen and placement
+                else "boot display" if gpu.boot_vga else "")
+        found = smi.get(normalize_address(gpu.address))
+        lines.append(GpuLine(
+            address=gpu.address,
+            model=found.name if found else f"{gpu.vendor_name} {gpu.ids}",
+            ids=gpu.ids,
+            memory=found.memory if found else None,
+            driver=gpu.driver,
+            node=node,
+            node_source=source,
+            link=_link_text(gpu),
+            compute=chosen,
+            role=role,
+        ))
+    lines.sort(key=lambda line: (not line.compute, line.address))
+    return tuple(lines)
+
+
+def _link_text(gpu: Gpu) -> Optional[str]:
+    link = gpu.link
+    if not link.known:
+        return None
+    now = f"{link.current_speed or '?'} x{link.current_width or '?'}"
+    top = f"{link.max_speed or '?'} x{link.max_width or '?'}"
+    return now if now == top else f"{now} (max {top})"
+
+
+# -- engine and memory ----------------------------------------------------------
+def engine_line(ctx: HostContext) -> EngineLine:
+    """The engine's settings, the planned binding and whether it is in place."""
+    config: EngineConfig = ctx.config
+    plan = plan_for(ctx)
+    planned = configured = effective = None
+    if plan is not None:
+        planned = numactl_line(plan.mem_nodes, plan.cpu_nodes, plan.policy)
+        state = assess(ctx, plan)
+        configured, effective = state.configured, state.effective
+    unit = ctx.unit
+    unit_state = (f"{unit.get('ActiveState') or '?'}/{unit.get('SubState') or '?'}"
+                  if unit.loaded else unit.reason or f"{config.unit} is not loaded")
+    return EngineLine(
+        arena_bytes=config.arena_bytes,
+        kv_bytes=config.kv_bytes,
+        pinned_bytes=config.pinned_bytes,
+        headroom_bytes=config.headroom_bytes,
+        unit=config.unit,
+        workers=config.workers,
+        hugepages=config.hugepages,
+        numa=config.numa,
+        config_source=_config_source(ctx),
+        planned=planned,
+        configured=configured,
+        effective=effective,
+        unit_state=unit_state,
+    )
+
+
+def _config_source(ctx: HostContext) -> Optional[str]:
+    source = ctx.config.source
+    if source is None or ctx.root.live:
+        return source
+    # Under a captured root the default config's real path names the capture folder.
+    default = str(ctx.root.path("/etc/strata-doctor.yaml"))
+    return "/etc/strata-doctor.yaml" if source == default else os.path.basename(source)
+
+
+def read_memory_state(ctx: HostContext) -> MemoryState:
+    """Hugepage pool, THP mode and oomd, read through the root."""
+    root = ctx.root
+    meminfo = parse_meminfo(root.read("/proc/meminfo") or "")
+    size = meminfo.get("Hugepagesize")
+    per_node: List[Tuple[int, int]] = []
+    if size:
+        for node in ctx.numa.nodes:
+            count = parse_int(root.read(f"{NODE_DIR}/node{node.id}/hugepages/"
+                                        f"hugepages-{size // 1024}kB/nr_hugepages"))
+            if count is not None:
+                per_node.append((node.id, count))
+    unit = ctx.unit
+    oom_policy = None
+    if unit.loaded:
+        oom_policy = (f"ManagedOOMMemoryPressure={unit.get('ManagedOOMMemoryPressure') or '?'} "
+                      f"ManagedOOMSwap={unit.get('ManagedOOMSwap') or '?'}")
+    return MemoryState(
+        nr_hugepages=parse_int(root.read("/proc/sys/vm/nr_hugepages")),
+        hugepage_bytes=size,
+        hugepages_free=meminfo.get("HugePages_Free"),
+        hugepages_reserved=meminfo.get("HugePages_Rsvd"),
+        per_node=tuple(per_node),
+        thp_enabled=parse_bracketed_choice(root.read(f"{THP_DIR}/enabled") or ""),
+        thp_defrag=parse_bracketed_choice(root.read(f"{THP_DIR}/defrag") or ""),
+        oomd=_oomd_state(root.run(OOMD_ACTIVE)),
+        unit_oom_policy=oom_policy,
+    )
+
+
+def _oomd_state(result: CommandResult) -> str:
+    state = result.stdout.strip().splitlines()
+    if state:
+        return state[0]  # is-active exits non-zero for inactive, but still says so
+    err = result.stderr.strip().splitlines()
+    return f"unknown ({_outcome(result)}" + (f": {err[0]})" if err else ")")
+
+
+def protected_words(ctx: HostContext, results: Sequence[CheckResult]) -> List[str]:
+    """Words redaction must leave alone: components of every path read, the unit's name,
+    and check ids (a host named ``vm`` must not turn ``/proc/sys/vm`` into a placeholder)."""
+    words: Set[str] = set()
+    for path in ctx.root.reads:
+        parts = [part for part in path.split("/") if part]
+        # A folder under /home names a person: that one stays private.
+        words.update(p for i, p in enumerate(parts) if i == 0 or parts[i - 1] not in HOME_PARENTS)
+    unit = ctx.config.unit
+    words.update((unit, unit.rsplit(".", 1)[0]))
+    for result in results:
+        words.update(result.check.split("-"))
+    return sorted(words)
+
+
+# -- versions and provenance ----------------------------------------------------
+def read_versions(root: Root) -> Versions:
+    """Kernel, distribution, systemd, NVIDIA driver and CUDA, this tool."""
+    os_release = root.read("/etc/os-release")
+    if os_release is None:
+        os_release = root.read("/usr/lib/os-release")
+    pretty = parse_key_values(os_release or "").get("PRETTY_NAME", "").strip("\"'") or None
+    systemd_line = _stdout(root.run(SYSTEMCTL_VERSION)).strip().splitlines()
+    systemd = systemd_line[0].split(None, 1)[1] if systemd_line and " " in systemd_line[0] else None
+    smi = _stdout(root.run(NVIDIA_SMI))
+    return Versions(
+        kernel=root.read_value("/proc/sys/kernel/osrelease"),
+        distribution=pretty,
+        systemd=systemd,
+        nvidia_driver=_smi_field(smi, "Driver Version"),
+        cuda=_smi_field(smi, "CUDA Version"),
+        strata_doctor=__version__,
+        python=".".join(str(v) for v in sys.version_info[:3]),
+    )
+
+
+def _smi_field(text: str, label: str) -> Optional[str]:
+    match = re.search(re.escape(label) + r":\s*([0-9][\w.]*)", text)
+    return match.group(1) if match else None
+
+
+def _stdout(result: CommandResult) -> str:
+    return result.stdout if result.ok else ""
+
+
+def _outcome(result: CommandResult) -> str:
+    if result.missing:
+        return "not found"
+    if result.timed_out:
+        return "timed out"
+    return f"exit {result.status}"
+
+
+def command_line(result: CommandResult) -> CommandLine:
+    """A command with its outcome and shortened output."""
+    lines = result.stdout.splitlines()
+    output = "\n".join(lines[:COMMAND_LINES])
+    if len(lines) > COMMAND_LINES:
+        output += f"\n... ({len(lines) - COMMAND_LINES} more lines in the bundle)"
+    if result.stderr.strip():
+        output += ("\n" if output else "") + "stderr: " + result.stderr.strip().splitlines()[0]
+    return CommandLine(result.display, _outcome(result), output)
+
+
+def unreadable_items(root: Root) -> List[Tuple[str, str]]:
+    """(path or command, reason) for each thing that could not be read."""
+    items = [(path, reason) for path, reason in sorted(root.reads.items()) if reason is not None]
+    for _, result in sorted(root.commands.items()):
+        if not result.ok:
+            items.append((result.display, _outcome(result)))
+    return items
+
+
+def root_would_add(root: Root) -> List[str]:
+    """What the run could not read for want of privileges."""
+    denied = [path for path, reason in sorted(root.reads.items()) if reason and "permission" in reason]
+    for _, result in sorted(root.commands.items()):
+        err = result.stderr.lower()
+        if not result.ok and ("permission denied" in err or "access denied" in err):
+            denied.append(result.display)
+    return denied
+
+
+def running_as_root() -> bool:
+    """Whether this process has root's privileges (always False where there is no euid)."""
+    geteuid = getattr(os, "geteuid", None)
+    return bool(geteuid is not None and geteuid() == 0)
+
+
+# -- output ---------------------------------------------------------------------
+def report_data(report: Report) -> Dict[str, Any]:
+    """The report's own sections as plain data (added to the check JSON)."""
+    data = asdict(report)
+    data["schema"] = REPORT_SCHEMA
+    return data
+
+
+def render_markdown(report: Report, redaction: Optional[List[str]]) -> str:
+    """The Markdown report; ``redaction`` is the redaction summary, None when disabled."""
+    from importlib import resources
+
+    import jinja2
+
+    source = (resources.files("strata_doctor.templates") / "report.md.j2").read_text(encoding="utf-8")
+    env = jinja2.Environment(
+        autoescape=False,  # Markdown, not HTML; values are escaped by the md filter where needed
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["size"] = _size
+    env.filters["md"] = markdown_escape
+    env.filters["yesno"] = _yes_no
+    template = env.from_string(source)
+    text = template.render(
+        report=report,
+        redaction=redaction,
+        as_root=running_as_root(),
+    )
+    return re.sub(r"\n{3,}", "\n\n", text)
+
+
+def _size(value: Optional[int]) -> str:
+    return format_bytes(value) if value is not None else "unknown"
+
+
+def _yes_no(value: Optional[bool]) -> str:
+    return "unknown" if value is None else "yes" if value else "no"
+
+
+def markdown_escape(text: str) -> str:
+    """Escape the characters that would turn host text into Markdown or HTML markup."""
+    return re.sub(r"([\\`*_<>|\[\]])", r"\\\1", text)
