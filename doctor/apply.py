@@ -36,6 +36,7 @@ from strata_doctor.root import Root
 STATE_DIR = "/var/lib/strata-doctor"
 JOURNAL_SCHEMA = "strata-doctor/journal/v1"
 TEMP_SUFFIX = ".strata-doctor-tmp"
+INTERRUPTED = "an earlier apply did not finish: run `strata-doctor fix --revert` first"
 COMMAND_TIMEOUT = 120.0
 
 
@@ -94,24 +95,37 @@ def apply_plan(root: Root, plan: Plan) -> ApplyReport:
         raise ApplyError("the plan cannot be applied: " + "; ".join(plan.problems))
     if root.live and os.geteuid() != 0:
         raise ApplyError("writing to / needs root: run it with sudo, or write into a tree with --root DIR")
-    changes = plan.changes
-    if not changes and not plan.actions:
+    if interrupted(root):
+        raise ApplyError(INTERRUPTED)
+    if not plan.changes and not plan.actions:
         return ApplyReport((), (), (), "")
-    with _locked(root):
-        _refuse_interrupted(root)
-        _verify_unchanged(root, changes)
+    try:
+        with _locked(root):
+            return _apply_locked(root, plan)
+    except ApplyError:
+        _drop_state_if_empty(root)  # a refused or rolled-back apply leaves no state behind
+        raise
+
+
+def _apply_locked(root: Root, plan: Plan) -> ApplyReport:
+    changes = plan.changes
+    _refuse_interrupted(root)
+    _verify_unchanged(root, changes)
+    try:
         apply_dir = _new_apply_dir(root)
-        journal: Dict[str, Any] = {"schema": JOURNAL_SCHEMA, "status": "applying", "root": plan.root,
-                                   "files": [], "dirs": [], "actions": []}
-        try:
-            _save_originals(root, apply_dir, changes, journal)
-            _write_journal(root, apply_dir, journal)
-            written = _write_files(root, changes, journal)
-            taken, skipped = _run_actions(root, plan, apply_dir, journal)
-            journal["status"] = "applied"
-            _write_journal(root, apply_dir, journal)
-        except (OSError, ApplyError, subprocess.SubprocessError) as exc:
-            raise ApplyError(_rollback_message(root, apply_dir, exc)) from None
+    except OSError as exc:
+        raise ApplyError(f"cannot record the apply in {STATE_DIR}: {_describe(exc)}") from None
+    journal: Dict[str, Any] = {"schema": JOURNAL_SCHEMA, "status": "applying", "root": plan.root,
+                               "files": [], "dirs": [], "actions": []}
+    try:
+        _save_originals(root, apply_dir, changes, journal)
+        _write_journal(root, apply_dir, journal)
+        written = _write_files(root, changes, journal)
+        taken, skipped = _run_actions(root, plan, apply_dir, journal)
+        journal["status"] = "applied"
+        _write_journal(root, apply_dir, journal)
+    except (OSError, ApplyError, subprocess.SubprocessError) as exc:
+        raise ApplyError(_rollback_message(root, apply_dir, exc)) from None
     return ApplyReport(written, taken, skipped, f"{_host(apply_dir)}/journal.json")
 
 
@@ -119,7 +133,6 @@ def _rollback_message(root: Root, apply_dir: Path, exc: BaseException) -> str:
     what = _describe(exc)
     try:
         _revert_dir(root, apply_dir, force=False)
-        _drop_state_if_empty(root)
     except (OSError, ApplyError, subprocess.SubprocessError) as second:
         return (f"apply failed: {what}; rolling back also failed ({_describe(second)}): run "
                 "`strata-doctor fix --revert` to restore the saved originals")
@@ -133,13 +146,18 @@ def _describe(exc: BaseException) -> str:
     return str(exc)
 
 
-def _refuse_interrupted(root: Root) -> None:
+def interrupted(root: Root) -> bool:
+    """Whether the newest apply recorded under the root did not finish."""
     last = _last_apply_dir(root)
     if last is None:
-        return
+        return False
     journal = _read_journal(last)
-    if journal is None or journal.get("status") != "applied":
-        raise ApplyError("an earlier apply did not finish: run `strata-doctor fix --revert` first")
+    return journal is None or journal.get("status") != "applied"
+
+
+def _refuse_interrupted(root: Root) -> None:
+    if interrupted(root):
+        raise ApplyError(INTERRUPTED)
 
 
 def _verify_unchanged(root: Root, changes: Tuple[PlannedFile, ...]) -> None:
@@ -387,10 +405,14 @@ class _locked:
 
     def __enter__(self) -> None:
         state = self.root.path(STATE_DIR)
-        checkpoint("state-dir", STATE_DIR)
-        state.mkdir(parents=True, exist_ok=True)
-        os.chmod(state, 0o700)
-        self.fd = os.open(state / "lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            checkpoint("state-dir", STATE_DIR)
+            state.mkdir(parents=True, exist_ok=True)
+            os.chmod(state, 0o700)
+            self.fd = os.open(state / "lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except OSError as exc:
+            _drop_state_if_empty(self.root)
+            raise ApplyError(f"cannot use the state directory {STATE_DIR}: {_describe(exc)}") from None
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

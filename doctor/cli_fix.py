@@ -52,12 +52,13 @@ def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple
     if (do_apply or revert) and options.bundle:
         raise UsageFailure("--bundle replays a report: there is no host tree to change; use --root DIR")
     if revert:
+        _require_privilege(options.root, True)
         sys.exit(_revert(options.root, force, fmt))
     from strata_doctor.apply import ApplyError, apply_plan
     from strata_doctor.plan import PlanOptions, build_plan, plan_data, plan_text
 
+    _require_privilege(options.root, do_apply)
     root, ctx = open_host(options)
-    _require_privilege(root, do_apply)
     if numa is not None:
         ctx = _with_numa(ctx, numa)
     before = run_selected(ctx, (), ())
@@ -65,6 +66,10 @@ def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple
     if not do_apply:
         _emit(fmt, plan_text(plan), {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False})
         sys.exit(0)
+    from strata_doctor.apply import INTERRUPTED, interrupted
+
+    if interrupted(root):
+        raise UsageFailure(INTERRUPTED)
     if plan.problems:
         _emit(fmt, plan_text(plan), {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False},
               err=True)
@@ -85,11 +90,12 @@ def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple
     sys.exit(_after(options, ctx, before, report, plan, fmt))
 
 
-def _require_privilege(root: Any, do_apply: bool) -> None:
+def _require_privilege(root_path: str, changes: bool) -> None:
     import os
+    from pathlib import Path
 
-    if do_apply and root.live and os.geteuid() != 0:
-        raise UsageFailure("--apply on this host (/) needs root: run it with sudo, or write into a tree "
+    if changes and Path(root_path).resolve() == Path("/") and os.geteuid() != 0:
+        raise UsageFailure("changing this host (/) needs root: run it with sudo, or write into a tree "
                            "with --root DIR")
 
 

@@ -182,8 +182,8 @@ def _wrapper_binding(
     unit: str, nodes: str, cpu_text: str, support: SystemdSupport, wrapper: FileChange,
     exec_start: Optional[str], restart: ManualStep, reload: RuntimeAction,
 ) -> Fix:
-    why = f"{support.described}: NUMAPolicy= needs systemd {NUMA_POLICY_SINCE}+"
-    summary = f"bind {unit} to node(s) {nodes} through {WRAPPER}, as {why}"
+    why = f"NUMAPolicy= needs systemd {NUMA_POLICY_SINCE}+ and this host has {support.described}"
+    summary = f"bind {unit} to node(s) {nodes} through {WRAPPER}: {why}"
     if exec_start is None:
         return Fix(
             summary=summary,

@@ -1,0 +1,124 @@
+"""Small hosts for the fix tests, tree snapshots, and the version-aware fix builders.
+
+The hosts are two-node trees (GPU on node 1) that differ only in what the fix depends
+on: systemd's version (``systemctl --version`` captured as ``systemctl-version``), the
+cgroup mode and offline CPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+import pytest
+
+from strata_doctor.binding import plan_for
+from strata_doctor.context import HostContext
+from strata_doctor.engine import EngineConfig
+from strata_doctor.fixes import (
+    binding_fix_for,
+    parse_systemd_version,
+    read_systemd_support,
+)
+from strata_doctor.root import Root
+from tests.conftest import UNBOUND_UNIT, two_node_files, write_tree
+
+UNIT_FILE = "[Unit]\nDescription=Strata engine\n\n[Service]\nExecStart=-/bin/true --serve\n"
+SYNTHETIC = ("two-node-252", "two-node-243-v1", "two-node-239", "two-node-offline")
+
+
+def host_files(name: str) -> Dict[str, str]:
+    """The files of one synthetic host (see :data:`SYNTHETIC`)."""
+    files = two_node_files(unit_show=UNBOUND_UNIT)
+    files["/etc/systemd/system/strata.service"] = UNIT_FILE
+    version = {"two-node-243-v1": 243, "two-node-239": 239}.get(name, 252)
+    files["/.strata-doctor/commands/systemctl-version.txt"] = f"systemd {version} ({version}.1-1)\n+PAM\n"
+    if name != "two-node-243-v1":
+        files["/sys/fs/cgroup/cgroup.controllers"] = "cpuset cpu io memory pids\n"
+    if name == "two-node-239":  # the unit starts through the wrapper, so numactl must be there
+        files["/usr/bin/numactl"] = "#!/bin/sh\n"
+    if name == "two-node-offline":
+        files["/sys/devices/system/cpu/online"] = "0-6\n"
+        files["/sys/devices/system/cpu/offline"] = "7\n"
+    # A file the fixes must not touch, and a relative symlink that must stay a symlink.
+    files["/etc/hostname"] = "seed\n"
+    files["/etc/localtime"] = "->../usr/share/zoneinfo/UTC"
+    return files
+
+
+def make_host(base: Path, name: str) -> Path:
+    """Write the synthetic host ``name`` under ``base / name``."""
+    return write_tree(base / name, host_files(name))
+
+
+Entry = Tuple[str, int, bytes]
+
+
+def snapshot(tree: Path) -> Dict[str, Entry]:
+    """Every path under ``tree``: (kind, mode, bytes or link target), symlinks not followed."""
+    found: Dict[str, Entry] = {}
+    for top, dirs, files in os.walk(tree, followlinks=False):
+        for name in dirs + files:
+            path = Path(top) / name
+            info = os.lstat(path)
+            rel = str(path.relative_to(tree))
+            if stat.S_ISLNK(info.st_mode):
+                found[rel] = ("link", 0, os.readlink(path).encode())
+            elif stat.S_ISDIR(info.st_mode):
+                found[rel] = ("dir", stat.S_IMODE(info.st_mode), b"")
+            else:
+                found[rel] = ("file", stat.S_IMODE(info.st_mode), path.read_bytes())
+    return found
+
+
+def context_for(tree: Path, numa: Optional[str] = None) -> HostContext:
+    """A HostContext on ``tree`` with default engine settings."""
+    config = EngineConfig() if numa is None else EngineConfig(numa=numa)
+    return HostContext(Root(tree), config)
+
+
+def test_parse_systemd_version() -> None:
+    assert parse_systemd_version("systemd 252 (252.38-1~deb12u1)\n+PAM +AUDIT\n") == 252
+    assert parse_systemd_version("systemd 239\n") == 239
+    assert parse_systemd_version("garbage\n") is None
+    assert parse_systemd_version("") is None
+
+
+def test_support_inferred_from_systemctl_show(tmp_path: Path) -> None:
+    files = two_node_files(unit_show=UNBOUND_UNIT)  # no systemctl-version capture
+    tree = write_tree(tmp_path / "h", files)
+    ctx = context_for(tree)
+    support = read_systemd_support(ctx.root, ctx.unit)
+    assert support.present and support.version == 244 and "AllowedCPUs" in support.inferred
+
+
+@pytest.mark.parametrize("name", SYNTHETIC)
+def test_binding_fix_follows_the_host(tmp_path: Path, name: str) -> None:
+    ctx = context_for(make_host(tmp_path, name))
+    plan = plan_for(ctx)
+    assert plan is not None
+    fix = binding_fix_for(ctx, plan)
+    templates = {f.template: dict(f.context) for f in fix.files}
+    assert "strata-numa.j2" in templates
+    if name == "two-node-239":
+        dropin = templates["numactl-exec-dropin.conf.j2"]
+        assert dropin["exec_start"] == "/bin/true --serve"
+        assert dropin["wrapper"] == "-/usr/local/bin/strata-numa"
+        assert "NUMAPolicy= needs systemd 243+ and this host has systemd 239" in fix.summary
+        return
+    dropin = templates["numa-dropin.conf.j2"]
+    assert dropin["numa_policy"] == "preferred" and dropin["numa_mask"] == "1"
+    assert dropin["allowed_cpus"] is (name != "two-node-243-v1")
+    assert dropin["cpus"] == ("4-6" if name == "two-node-offline" else "4-7")
+
+
+def test_no_systemd_gets_the_wrapper_only(tmp_path: Path) -> None:
+    tree = write_tree(tmp_path / "h", two_node_files())  # no systemctl captures at all
+    ctx = context_for(tree)
+    plan = plan_for(ctx)
+    assert plan is not None
+    fix = binding_fix_for(ctx, plan)
+    assert [f.path for f in fix.files] == ["/usr/local/bin/strata-numa"]
+    assert "no systemd" in fix.summary and not fix.actions
