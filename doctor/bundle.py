@@ -85,11 +85,34 @@ class BundleInfo:
 
 
 # -- collecting -----------------------------------------------------------------
-def capture(root: Root, reads: Optional[Mapping[str, Optional[str]]] = None,
-            commands: Optional[Mapping[str, CommandResult]] = None) -> Capture:
-    """Turn the root's records into archive entries (``reads``/``commands``: a snapshot)."""
-    reads = dict(root.reads if reads is None else reads)
-    commands = dict(root.commands if commands is None else commands)
+def record_probes(root: Root) -> Dict[str, bool]:
+    """Record every ``exists``/``is_dir`` question asked of ``root`` from now on.
+
+    Root records reads and listings but not existence probes (``/.dockerenv``, cgroup
+    files), and a replay must answer them alike. The answers are kept as empty stand-ins;
+    this belongs in Root itself and goes away when Root records probes.
+    """
+    probes: Dict[str, bool] = {}
+    exists, is_dir = root.exists, root.is_dir
+
+    def probed_exists(host_path: str) -> bool:
+        probes[host_path] = found = exists(host_path)
+        return found
+
+    def probed_is_dir(host_path: str) -> bool:
+        found = is_dir(host_path)
+        probes[host_path] = probes.get(host_path, False) or found or os.path.lexists(root.path(host_path))
+        return found
+
+    root.exists = probed_exists  # type: ignore[method-assign]
+    root.is_dir = probed_is_dir  # type: ignore[method-assign]
+    return probes
+
+
+def capture(root: Root, probes: Optional[Mapping[str, bool]] = None) -> Capture:
+    """Turn the root's records (reads, listings, commands, probes) into archive entries."""
+    reads = dict(root.reads)
+    commands = dict(root.commands)
     builder = _Builder(root)
     unreadable: List[Tuple[str, str]] = []
     for path, reason in sorted(reads.items()):
@@ -99,11 +122,16 @@ def capture(root: Root, reads: Optional[Mapping[str, Optional[str]]] = None,
             builder.add_read(path)
     listings = [builder.add_listing(path[:-1] or "/") for path, reason in sorted(reads.items())
                 if reason is None and path.endswith("/")]
+    for path, found in sorted((probes or {}).items()):
+        if found and path not in reads:
+            builder.add_probe(path)
     for key, result in sorted(commands.items()):
         note = builder.add_command(key, result)
         if note:
             unreadable.append((result.display, note))
-    return Capture(builder.sorted_entries(), tuple(unreadable), tuple(listings))
+    unreadable.extend((path, f"looked at, not read: bundled empty ({size} bytes on the host)")
+                      for path, size in builder.stand_ins)
+    return Capture(builder.sorted_entries(), tuple(sorted(unreadable)), tuple(listings))
 
 
 class _Builder:
@@ -112,6 +140,8 @@ class _Builder:
     def __init__(self, root: Root) -> None:
         self.root = root
         self.entries: Dict[str, Entry] = {}
+        self.stand_ins: List[Tuple[str, int]] = []
+        """(host path, size) of files only stat'ed or walked, bundled empty."""
 
     def sorted_entries(self) -> Tuple[Entry, ...]:
         return tuple(self.entries[p] for p in sorted(self.entries))
@@ -128,10 +158,28 @@ class _Builder:
             if target is None or not self.root.path(target).is_file():
                 return
             real = target
-        data = self.root.read_bytes(host_path)
-        if data is not None:
+        data = _content(self.root, host_path)
+        if data is None:
+            if not self.root.path(real).is_file():
+                return
+            # Recorded by a stat or a walk, never read: its contents are not the checks'.
+            self.stand_ins.append((host_path, self.root.path(real).stat().st_size))
+            data = b""
+        self._add_dirs(posixpath.dirname(real))
+        self.entries[real] = Entry(real, "file", data)
+
+    def add_probe(self, host_path: str) -> None:
+        real = self.resolve(host_path, follow_last=False)
+        if real is None or real in self.entries:
+            return
+        full = self.root.path(real)
+        if full.is_symlink():
+            self._add_link(real)
+        elif full.is_dir():
+            self._add_dirs(real)
+        else:
             self._add_dirs(posixpath.dirname(real))
-            self.entries[real] = Entry(real, "file", data)
+            self.entries[real] = Entry(real, "file", b"")  # existence was asked, not content
 
     def add_listing(self, host_path: str) -> Tuple[str, int, int]:
         real = self.resolve(host_path, follow_last=True)
@@ -204,6 +252,19 @@ class _Builder:
                 return
             self.entries.setdefault(path, Entry(path, "dir"))
             path = posixpath.dirname(path)
+
+
+def _content(root: Root, host_path: str) -> Optional[bytes]:
+    """What the checks read at ``host_path``; None when they only looked at it.
+
+    Root keeps every file it read in its cache; only that is bundled, so a file that was
+    only stat'ed (a hugetlbfs file of many GiB) is never read here.
+    """
+    cache = getattr(root, "_cache", None)
+    if isinstance(cache, dict):
+        data = cache.get(host_path)
+        return data if isinstance(data, bytes) else None
+    return root.read_bytes(host_path)
 
 
 # -- writing --------------------------------------------------------------------

@@ -20,19 +20,19 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from strata_doctor.root import Root
 
-KINDS: Tuple[Tuple[str, str], ...] = (
-    ("host", "host name"),
-    ("domain", "domain name"),
-    ("ip", "IP address"),
-    ("mac", "MAC address"),
-    ("user", "user name"),
-    ("machine-id", "machine id"),
-    ("uuid", "UUID"),
-    ("serial", "serial number"),
+KINDS: Tuple[Tuple[str, str, str], ...] = (
+    ("host", "host name", "host names"),
+    ("domain", "domain name", "domain names"),
+    ("ip", "IP address", "IP addresses"),
+    ("mac", "MAC address", "MAC addresses"),
+    ("user", "user name", "user names"),
+    ("machine-id", "machine id", "machine ids"),
+    ("uuid", "UUID", "UUIDs"),
+    ("serial", "serial number", "serial numbers"),
 )
-"""Placeholder kinds and how the report names them, in report order."""
+"""Placeholder kinds and how the report names one and several, in report order."""
 
-PLACEHOLDER = re.compile(r"^(?:" + "|".join(re.escape(k) for k, _ in KINDS) + r")-\d+$")
+PLACEHOLDER = re.compile(r"^(?:" + "|".join(re.escape(k[0]) for k in KINDS) + r")-\d+$")
 
 # Firmware fills serial fields with these when the vendor left them empty; they say
 # nothing about the machine, and replacing them would only hide that fact.
@@ -138,7 +138,7 @@ class Redactor:
             self._learn_live()
 
     def _learn_hosts_file(self, text: str) -> None:
-        names = {k for k, kind in self._known.items() if kind == "host"}
+        names = {k.split("\0", 1)[1] for k, kind in self._known.items() if kind == "host"}
         for line in text.splitlines():
             words = line.split("#", 1)[0].split()
             if len(words) > 1 and any(w.lower() in names for w in words[1:]):
@@ -190,12 +190,12 @@ class Redactor:
 
     def counts(self) -> Dict[str, int]:
         """Distinct values replaced so far, per kind (kinds with none are left out)."""
-        return {kind: self._issued[kind] for kind, _ in KINDS if self._issued.get(kind)}
+        return {kind: self._issued[kind] for kind, _, _ in KINDS if self._issued.get(kind)}
 
     def summary(self) -> List[str]:
         """``["2 host names", "1 IP address"]``: what was redacted, never what it was."""
-        names = dict(KINDS)
-        return [f"{count} {names[kind]}{'' if count == 1 else 's'}" for kind, count in self.counts().items()]
+        names = {kind: (one, many) for kind, one, many in KINDS}
+        return [f"{count} {names[kind][count != 1]}" for kind, count in self.counts().items()]
 
     # -- internals ------------------------------------------------------------
     def _placeholder(self, kind: str, value: str) -> str:
@@ -223,7 +223,7 @@ class Redactor:
 
     def _known_match(self, match: re.Match[str]) -> str:
         value = match.group(0)
-        for kind, _ in KINDS:
+        for kind, _, _ in KINDS:
             if _key(kind, value) in self._known:
                 return self._placeholder(kind, value)
         return value  # case differs for a case-sensitive kind: not the same value
