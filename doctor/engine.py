@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
 
 from strata_doctor.parse import (
+    numa_maps_totals,
     parse_cpulist,
     parse_int,
     parse_key_values,
-    parse_numa_maps,
     parse_size,
     parse_status,
 )
@@ -321,25 +321,15 @@ def read_process(root: Root, pid: int) -> Optional[EngineProcess]:
     if status_text is None:
         return None
     status = parse_status(status_text)
-    maps = root.read(f"/proc/{pid}/numa_maps") or ""
+    # One pass for both sums: a large engine's numa_maps has a million lines.
+    per_node, per_policy = numa_maps_totals(root.read(f"/proc/{pid}/numa_maps") or "")
     return EngineProcess(
         pid=pid,
         cpus_allowed=parse_cpulist(status.get("Cpus_allowed_list", "")),
         mems_allowed=parse_cpulist(status.get("Mems_allowed_list", "")),
-        memory_by_node=tuple(sorted(parse_numa_maps(maps).items())),
-        policies=tuple(sorted(_policy_bytes(maps).items())),
+        memory_by_node=tuple(sorted(per_node.items())),
+        policies=tuple(sorted(per_policy.items())),
     )
-
-
-def _policy_bytes(text: str) -> Dict[str, int]:
-    totals: Dict[str, int] = {}
-    for line in text.splitlines():
-        words = line.split()
-        if len(words) < 2:
-            continue
-        size = sum(parse_numa_maps(line).values())
-        totals[words[1]] = totals.get(words[1], 0) + size
-    return totals
 
 
 Number = Union[int, float]

@@ -7,6 +7,7 @@ files, and raise nothing on garbage: unparseable input yields an empty or partia
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
 _SIZE_UNITS = {
@@ -39,6 +40,7 @@ def _is_uint(text: str) -> bool:
     return 0 < len(text) <= 64 and text.isascii() and text.isdigit()
 
 
+@lru_cache(maxsize=1024)  # thousands of processes share a few Cpus_allowed_list values
 def parse_cpulist(text: str) -> FrozenSet[int]:
     """Parse a cpulist such as ``0-21,44-65`` (also ``0-7:2`` strides); '' is empty."""
     cpus: set[int] = set()
@@ -132,8 +134,10 @@ def parse_key_values(text: str, sep: str = "=") -> Dict[str, str]:
     result: Dict[str, str] = {}
     for line in text.replace("\0", "").splitlines():
         key, found, value = line.partition(sep)
-        if found and key.strip():
-            result[key.strip()] = value.strip()
+        if found:
+            key = key.strip()
+            if key:
+                result[key] = value.strip()
     return result
 
 
@@ -147,14 +151,13 @@ def parse_cpuinfo(text: str) -> List[Dict[str, str]]:
     blocks: List[Dict[str, str]] = []
     current: Dict[str, str] = {}
     for line in text.replace("\0", "").splitlines():
-        if not line.strip():
-            if current:
-                blocks.append(current)
-                current = {}
-            continue
+        # A line with a colon is never blank: test it first, it is most lines.
         key, sep, value = line.partition(":")
         if sep:
             current[key.strip()] = value.strip()
+        elif current and not line.strip():
+            blocks.append(current)
+            current = {}
     if current:
         blocks.append(current)
     return blocks
@@ -202,22 +205,83 @@ def parse_numa_maps(text: str) -> Dict[int, int]:
 
     Returns node id -> bytes, as ``numastat -p`` does.
     """
+    return numa_maps_totals(text)[0]
+
+
+# Characters that make ``split("\n")`` differ from ``splitlines()`` or ``split(" ")`` from
+# ``split()``; text without them (what the kernel writes) takes the fast path.
+_NOT_PLAIN = ("\0", "\t", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
+_PAGE_SIZE_WORD = " kernelpagesize_kB="
+
+
+def numa_maps_totals(text: str) -> Tuple[Dict[int, int], Dict[str, int]]:
+    """Bytes per node and bytes per memory policy (``default``, ``prefer:1``...) of a
+    ``numa_maps``, in one pass: a large engine has a million lines."""
     per_node: Dict[int, int] = {}
-    for line in text.splitlines():
-        page = 4096
-        counts: List[Tuple[int, int]] = []
-        for word in line.split():
-            if word.startswith("N") and "=" in word:
-                node_text, _, pages_text = word[1:].partition("=")
-                if _is_uint(node_text) and _is_uint(pages_text):
-                    counts.append((int(node_text), int(pages_text)))
-            elif word.startswith("kernelpagesize_kB="):
-                size = word[18:]
-                if _is_uint(size):
-                    page = int(size) * 1024
-        for node, pages in counts:
-            per_node[node] = per_node.get(node, 0) + pages * page
-    return per_node
+    per_policy: Dict[str, int] = {}
+    if not (text.isascii() and not any(ch in text for ch in _NOT_PLAIN)):
+        for line in text.splitlines():
+            _add_any_line(line, per_node, per_policy)
+        return per_node, per_policy
+    # The kernel's own layout, ``ADDR POLICY ... N0=3 N1=5 kernelpagesize_kB=4`` (or no
+    # counts at all), is summed with a few string operations per line; ASCII only, so
+    # isdigit means 0-9. Any other line takes the general path. This loop is the cost.
+    for line in text.split("\n"):
+        head, sep, size = line.rpartition(_PAGE_SIZE_WORD)
+        if not sep:
+            if " N" not in line and line.lstrip()[:1] != "N":  # no pages on any node
+                words = line.split(None, 2)
+                if len(words) > 1:
+                    per_policy[words[1]] = per_policy.get(words[1], 0)
+                continue
+        elif size.isdigit() and len(size) <= 64 and _add_counts(head, int(size) * 1024, per_node,
+                                                                  per_policy):
+            continue
+        _add_any_line(line, per_node, per_policy)
+    return per_node, per_policy
+
+
+def _add_counts(head: str, page: int, per_node: Dict[int, int], per_policy: Dict[str, int]) -> bool:
+    """Add ``ADDR POLICY ... N0=3 N1=5`` (the line before its page size); False when the
+    counts are not exactly space-separated ``N<node>=<pages>`` words."""
+    parts = head.split(" N")
+    words = parts[0].split(None, 2)
+    if len(parts) < 2 or len(words) < 2 or words[0][0] == "N":
+        return False
+    counts = []
+    for part in parts[1:]:
+        node_text, _, pages_text = part.partition("=")
+        if not (node_text.isdigit() and pages_text.isdigit()
+                and len(node_text) <= 64 and len(pages_text) <= 64):
+            return False
+        counts.append((int(node_text), int(pages_text) * page))
+    total = 0
+    for node, size in counts:
+        per_node[node] = per_node.get(node, 0) + size
+        total += size
+    per_policy[words[1]] = per_policy.get(words[1], 0) + total
+    return True
+
+
+def _add_any_line(line: str, per_node: Dict[int, int], per_policy: Dict[str, int]) -> None:
+    words = line.split()
+    page = 4096
+    counts: List[Tuple[int, int]] = []
+    for word in words:
+        if word.startswith("N") and "=" in word:
+            node_text, _, pages_text = word[1:].partition("=")
+            if _is_uint(node_text) and _is_uint(pages_text):
+                counts.append((int(node_text), int(pages_text)))
+        elif word.startswith("kernelpagesize_kB="):
+            size = word[18:]
+            if _is_uint(size):
+                page = int(size) * 1024
+    total = 0
+    for node, pages in counts:
+        per_node[node] = per_node.get(node, 0) + pages * page
+        total += pages * page
+    if len(words) >= 2:
+        per_policy[words[1]] = per_policy.get(words[1], 0) + total
 
 
 def parse_mounts(text: str) -> List[Tuple[str, str, str, str]]:

@@ -6,13 +6,18 @@ means a captured host replays its processes exactly, and a bundle records them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from strata_doctor.parse import parse_cpulist, parse_int, parse_meminfo, parse_status
 from strata_doctor.root import Root
 
 CLOCK_TICKS = 100  # USER_HZ on every mainstream architecture
+# The scan reads thousands of status files: pick out only the lines it uses. Text with
+# line breaks other than \n (or NULs) goes through parse_status, which they would change.
+_STATUS_KEYS = re.compile(r"^[^\S\n]*(Name|PPid|Uid|HugetlbPages|Cpus_allowed_list)[^\S\n]*:(.*)$", re.M)
+_ODD_BREAKS = re.compile("[\0\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,7 @@ def read_one(root: Root, pid: int) -> Optional[ProcessInfo]:
 
 def parse_process(pid: int, status_text: str, stat_text: str) -> ProcessInfo:
     """Build a :class:`ProcessInfo` from the text of ``status`` and ``stat``."""
-    status = parse_status(status_text)
+    status = _status_fields(status_text)
     uid_words = status.get("Uid", "").split()
     hugetlb = parse_meminfo("HugetlbPages: " + status.get("HugetlbPages", "0 kB"))
     cpu, start = _parse_stat(stat_text)
@@ -83,13 +88,22 @@ def parse_process(pid: int, status_text: str, stat_text: str) -> ProcessInfo:
     )
 
 
+def _status_fields(text: str) -> Dict[str, str]:
+    if _ODD_BREAKS.search(text):
+        return parse_status(text)
+    return {key: value.strip() for key, value in _STATUS_KEYS.findall(text)}
+
+
 def _parse_stat(text: str) -> Tuple[float, float]:
     # The comm field may hold spaces and parentheses: split after the last ')'.
     _, _, rest = text.rpartition(")")
     fields = rest.split()
     if len(fields) < 20:
         return 0.0, 0.0
-    utime, stime, start = (parse_int(fields[i]) or 0 for i in (11, 12, 19))
+    utime, stime, start = (
+        int(fields[i]) if fields[i].isdecimal() and len(fields[i]) < 40 else parse_int(fields[i]) or 0
+        for i in (11, 12, 19)
+    )
     return (utime + stime) / CLOCK_TICKS, start / CLOCK_TICKS
 
 

@@ -16,10 +16,7 @@ A command whose ``.txt`` is absent under a captured root was not found on that h
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -78,6 +75,8 @@ class Root:
     def __init__(self, path: str | os.PathLike[str] = "/") -> None:
         self.base = Path(path)
         self.live = self.base.resolve() == Path("/")
+        # Reads join strings, not Paths: the process scan opens thousands of files.
+        self._prefix = str(self.base).rstrip("/") + "/"
         self._cache: Dict[str, Optional[bytes]] = {}
         self._commands: Dict[str, CommandResult] = {}
         self._lock = threading.Lock()
@@ -96,9 +95,8 @@ class Root:
             return self._cache[host_path]
         data: Optional[bytes]
         try:
-            with open(self.path(host_path), "rb") as handle:
-                # sysfs reports 4096 for every attribute: read until EOF, not st_size.
-                data = handle.read()
+            rel = host_path.lstrip("/")
+            data = _read_all(self._prefix + rel if rel else str(self.base))
             reason = None
         except FileNotFoundError:
             data, reason = None, "missing"
@@ -185,6 +183,8 @@ class Root:
             for command in todo:
                 self.run(command)
             return
+        from concurrent.futures import ThreadPoolExecutor  # only live runs with 2+ commands
+
         with ThreadPoolExecutor(max_workers=len(todo)) as pool:
             list(pool.map(self.run, todo))
 
@@ -205,6 +205,9 @@ class Root:
         return CommandResult(command.key, command.argv, status, out, err)
 
     def _execute(self, command: Command) -> CommandResult:
+        import shutil  # imported here: a replayed host never runs a command
+        import subprocess
+
         if shutil.which(command.argv[0]) is None:
             return CommandResult(command.key, command.argv, None, "", missing=True)
         env = dict(os.environ, LC_ALL="C", SYSTEMD_PAGER="", SYSTEMD_COLORS="0")
@@ -228,6 +231,24 @@ class Root:
             proc.stdout.decode("utf-8", "replace"),
             proc.stderr.decode("utf-8", "replace"),
         )
+
+
+def _read_all(path: str) -> bytes:
+    """A whole file through one descriptor, without a buffered file object: sysfs reports
+    4096 for every attribute, so read until EOF, never st_size."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        chunks = []
+        size = 65536
+        while True:
+            chunk = os.read(fd, size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size = 1 << 20  # a large numa_maps: fewer, larger reads
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _read_optional(path: Path) -> Optional[str]:
