@@ -97,7 +97,7 @@ def apply_plan(root: Root, plan: Plan) -> ApplyReport:
         raise ApplyError("writing to / needs root: run it with sudo, or write into a tree with --root DIR")
     if interrupted(root):
         raise ApplyError(INTERRUPTED)
-    if not plan.changes and not plan.actions:
+    if plan.empty:
         return ApplyReport((), (), (), "")
     try:
         with _locked(root):

@@ -150,7 +150,10 @@ def _after(options: Any, ctx: Any, before: Sequence[CheckResult], report: Any, p
     click.echo("Checks, before → after:")
     width = max((len(c) for c, _, _, _ in rows), default=10)
     for check, was, now, summary in rows:
-        click.echo(f"  {check.ljust(width)}  {was} → {now}: {summary}")
+        if was == now:
+            click.echo(f"  {check.ljust(width)}  {was} (unchanged)")
+        else:
+            click.echo(f"  {check.ljust(width)}  {was} → {now}: {summary}")
     click.echo("")
     click.echo(f"{'ready' if code == 0 else 'not ready'} (exit {code}); "
                f"undo with `strata-doctor fix --revert{_root_flag(options)}`")
@@ -164,15 +167,13 @@ def _root_flag(options: Any) -> str:
 def transitions(
     before: Sequence[CheckResult], after: Sequence[CheckResult]
 ) -> List[Tuple[str, str, str, str]]:
-    """(check, before, after, after's summary) for each check whose findings changed."""
+    """(check, before, after, after's summary) for every check, in the order they ran."""
     later = {r.check: r for r in after}
     rows: List[Tuple[str, str, str, str]] = []
     for result in before:
         now = later.get(result.check)
         was_text = _state(result)
         now_text = _state(now) if now is not None else "gone"
-        if was_text == now_text:
-            continue
         worst = _worst(now) if now is not None else None
         summary = worst.summary if worst is not None else ""
         rows.append((result.check, was_text, now_text, summary))

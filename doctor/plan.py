@@ -162,8 +162,11 @@ class Plan:
 
     @property
     def empty(self) -> bool:
-        """True when there is nothing to write and nothing to run."""
-        return not self.changes and not self.actions
+        """True when there is nothing to write, and nothing to run on this root.
+
+        Runtime actions run on the live host only, so a tree with nothing to write is done.
+        """
+        return not self.changes and not (self.actions and self.live)
 
     @property
     def takes_effect(self) -> str:
@@ -492,7 +495,12 @@ def plan_text(plan: Plan) -> str:
 
 def _effect_lines(plan: Plan) -> List[str]:
     if plan.empty:
-        return ["", "Nothing to change: every fix is already in place."] if plan.answers else []
+        if not plan.answers:
+            return []
+        line = "Nothing to change: every fix is already in place."
+        if plan.actions:
+            line = "Nothing to write here; the runtime actions above run only on the live host."
+        return ["", line]
     effect = {
         "now": "takes effect at once",
         "reload": "takes effect after `systemctl daemon-reload`",

@@ -98,8 +98,10 @@ def test_apply_output_shows_before_and_after(tmp_path: Path) -> None:
     result = run_cli(["fix", "--root", str(tree), "--apply", "--format", "json"])
     data = json.loads(result.stdout)
     assert data["applied"] is True and data["exit_code"] == 0
-    assert {"check": "numa-binding", "before": "error unbound", "after": "info configured"}.items() <= \
-        data["transitions"][0].items()
+    rows = {row["check"]: row for row in data["transitions"]}
+    assert rows["numa-binding"]["before"] == "error unbound"
+    assert rows["numa-binding"]["after"] == "info configured"
+    assert rows["numa-topology"]["before"] == rows["numa-topology"]["after"]
     assert data["skipped_actions"] == [f"systemctl daemon-reload (writing into {tree})"]
 
 
