@@ -1,0 +1,202 @@
+"""What each guest boot runs: one batch of steps per topology.
+
+A boot under software emulation costs tens of seconds, a step a second or two, so
+every assertion about a topology is answered from the same boot: the tests read
+the step results by name.  Steps print JSON where a test parses them; whatever a
+test needs beyond stdout goes into ``$OUT`` (brought back as files).
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from guest import Payload, Step
+from topologies import TOPOLOGIES, Topology
+
+HERE = Path(__file__).resolve().parent
+UNIT = "strata.service"
+STUB_MIB = 256
+STUB_OUTPUT = "/run/strata-stub.json"
+MiB = 1024 * 1024
+
+# The seed's trap, scaled to the guest: a pool of 240 pages (480 MiB), 60 of them held
+# by a running process and 20 by an orphaned hugetlbfs file, so 160 are free; the
+# arena needs 200 (400 MiB / 2 MiB) — more than is free, less than the pool.
+TRAP_POOL = 240
+TRAP_HELD = 60
+TRAP_ORPHAN = 20
+TRAP_ARENA_MIB = 400
+HUGETLBFS = "/mnt/huge"
+ORPHAN = f"{HUGETLBFS}/stale-arena"
+
+ENGINE_UNIT = f"""\
+[Unit]
+Description=Strata engine stand-in (prints its own binding)
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/python3 /strata-test/stub_engine.py {STUB_MIB}
+StandardOutput=truncate:{STUB_OUTPUT}
+"""
+
+
+def engine_config(topology: Topology) -> str:
+    """The engine's settings for a guest: small enough for its few hundred MiB per node."""
+    arena = TRAP_ARENA_MIB
+    if topology.name == "snc":
+        # Larger than one sub-node (640 MiB) but within the socket's two.
+        arena = 700
+    return f"arena: {arena}MiB\nkv: 16MiB\nheadroom: 64MiB\nunit: {UNIT}\n"
+
+
+def doctor(args: str, topology: Topology) -> str:
+    """A strata-doctor command line for the guest, picking the stand-in GPU."""
+    return f"strata-doctor {args} --gpu {shlex.quote(topology.gpu.address)}"
+
+
+def stub_run() -> str:
+    """Start the engine unit (the stub) and print what it saw of itself."""
+    return f"rm -f {STUB_OUTPUT}; systemctl start {UNIT} && cat {STUB_OUTPUT}"
+
+
+def status_of(selector: str) -> str:
+    """Print Cpus_allowed_list of processes as JSON {comm: cpus}."""
+    return (
+        "python3 - <<'EOF'\n"
+        "import json, os\n"
+        "out = {}\n"
+        f"for name in {selector!r}.split():\n"
+        "    for pid in os.listdir('/proc'):\n"
+        "        if not pid.isdigit():\n"
+        "            continue\n"
+        "        try:\n"
+        "            comm = open(f'/proc/{pid}/comm').read().strip()\n"
+        "            st = open(f'/proc/{pid}/status').read()\n"
+        "        except OSError:\n"
+        "            continue\n"
+        "        if comm == name:\n"
+        "            line = [x for x in st.splitlines() if x.startswith('Cpus_allowed_list')][0]\n"
+        "            out[comm] = line.split(':', 1)[1].strip()\n"
+        "print(json.dumps(out))\n"
+        "EOF"
+    )
+
+
+def slice_cpus() -> str:
+    """CPUs a fresh process gets in system.slice and in user.slice, and PID 1's."""
+    probe = "grep Cpus_allowed_list /proc/self/status | cut -f2"
+    return (
+        "set -e\n"
+        f"sys=$(systemd-run --quiet --wait --pipe --slice=system.slice sh -c '{probe}')\n"
+        f"usr=$(systemd-run --quiet --wait --pipe --slice=user.slice sh -c '{probe}')\n"
+        "init=$(grep Cpus_allowed_list /proc/1/status | cut -f2)\n"
+        "eff=$(cat /sys/fs/cgroup/system.slice/cpuset.cpus.effective 2>/dev/null || true)\n"
+        'printf \'{"system.slice": "%s", "user.slice": "%s", "init": "%s", '
+        '"system.slice effective": "%s"}\\n\' "$sys" "$usr" "$init" "$eff"'
+    )
+
+
+def raw_facts() -> str:
+    """What the guest kernel says, for the artifacts and for cross-checks."""
+    return (
+        "set +e\n"
+        "numactl -H\n"
+        "for n in /sys/devices/system/node/node*; do echo \"$n: cpulist=$(cat $n/cpulist) "
+        "distance=$(cat $n/distance)\"; grep -E 'MemTotal|MemFree' $n/meminfo; done\n"
+        "for d in /sys/bus/pci/devices/*; do echo \"$d class=$(cat $d/class) "
+        "id=$(cat $d/vendor):$(cat $d/device) numa_node=$(cat $d/numa_node) "
+        "local_cpulist=$(cat $d/local_cpulist) boot_vga=$(cat $d/boot_vga 2>/dev/null)\"; done\n"
+        "systemctl --version | head -1; systemctl is-active systemd-oomd dbus\n"
+        "grep -i huge /proc/meminfo; cat /proc/cmdline"
+    )
+
+
+def common_steps(t: Topology) -> List[Step]:
+    return [
+        Step("raw", raw_facts()),
+        Step("check", doctor("check --format json", t)),
+        Step("check-text", doctor("check -v", t)),
+        Step("plan", doctor("fix --format json", t)),
+    ]
+
+
+def binding_steps(t: Topology, reserve: bool) -> List[Step]:
+    """fix --apply, the stub bound; then fix --revert, the stub unbound again."""
+    steps = [
+        Step("stub-before", stub_run()),
+        Step("apply", doctor("fix --apply --yes", t)),
+        Step("dropins-after-apply",
+             f"systemctl show {UNIT} -p NUMAPolicy -p NUMAMask -p CPUAffinity -p AllowedCPUs "
+             "-p Slice -p DropInPaths; sysctl vm.nr_hugepages; "
+             "ls -la /etc/systemd/system/*.d/ /etc/sysctl.d/ 2>&1"),
+        Step("stub-applied", stub_run()),
+        Step("check-after-apply", doctor("check --format json", t)),
+        Step("apply-again", doctor("fix --apply --yes", t)),
+        Step("revert", doctor("fix --revert --yes", t)),
+        Step("stub-reverted", stub_run()),
+    ]
+    if reserve:
+        steps += [
+            Step("slices-before-reserve", slice_cpus()),
+            Step("apply-reserve", doctor("fix --apply --yes --reserve-node", t)),
+            Step("stub-reserved", stub_run()),
+            Step("slices-reserved", slice_cpus()),
+            Step("daemons-reserved", status_of("systemd-journald dbus-daemon systemd-oomd")),
+            Step("revert-reserve", doctor("fix --revert --yes", t)),
+            Step("slices-after-revert", slice_cpus()),
+            Step("stub-after-revert", stub_run()),
+        ]
+    return steps
+
+
+def trap_steps(t: Topology) -> List[Step]:
+    """The seed's hugepage trap, for real, then a report bundle of that state."""
+    setup = (
+        "set -e\n"
+        f"sysctl -q -w vm.nr_hugepages={TRAP_POOL}\n"
+        f"mkdir -p {HUGETLBFS}; mount -t hugetlbfs -o mode=1777 none {HUGETLBFS}\n"
+        f"python3 /strata-test/hugepage_holder.py file {ORPHAN} {TRAP_ORPHAN}\n"
+        "systemd-run --quiet --unit=hugepage-holder /usr/bin/python3 "
+        f"/strata-test/hugepage_holder.py anon {TRAP_HELD} /run/holder.ready\n"
+        "for i in $(seq 100); do [ -s /run/holder.ready ] && break; sleep 0.2; done\n"
+        "test -s /run/holder.ready\n"
+        "cat /proc/meminfo > $OUT/meminfo-trap.txt\n"
+        "grep -H . /sys/devices/system/node/node*/hugepages/hugepages-2048kB/*_hugepages "
+        "> $OUT/node-pools-trap.txt\n"
+        "grep HugePages_ /proc/meminfo"
+    )
+    return [
+        Step("trap-setup", setup),
+        Step("check-trap", doctor("check --format json", t)),
+        Step("check-trap-text", doctor("check -v hugepages oomd", t)),
+        Step("report", doctor("report --format json -o $OUT/report.json "
+                              "--bundle $OUT/bundle.tar.gz", t)
+             + " && ls -la $OUT"),
+        Step("check-bundle-live", doctor("check --format json", t)),
+    ]
+
+
+def steps_for(topology: Topology) -> List[Step]:
+    steps = common_steps(topology)
+    if topology.name == "seed":
+        steps += trap_steps(topology)
+        steps += binding_steps(topology, reserve=True)
+    elif topology.name in ("mirror", "memory-only"):
+        steps += binding_steps(topology, reserve=False)
+    return steps
+
+
+def payload_for(topology: Topology) -> Payload:
+    files: Dict[str, Tuple[bytes, int]] = {
+        "etc/systemd/system/strata.service": (ENGINE_UNIT.encode(), 0o644),
+        "etc/strata-doctor.yaml": (engine_config(topology).encode(), 0o644),
+        "strata-test/stub_engine.py": ((HERE / "guest_files" / "stub_engine.py").read_bytes(), 0o755),
+        "strata-test/hugepage_holder.py": (
+            (HERE / "guest_files" / "hugepage_holder.py").read_bytes(), 0o755),
+    }
+    return Payload(steps_for(topology), files)
+
+
+__all__ = ["TOPOLOGIES", "payload_for", "steps_for"]
