@@ -40,6 +40,7 @@ from strata_doctor.root import COMMANDS_DIR, CommandResult, Root
 TOP = "strata-doctor-bundle"
 SCHEMA = "strata-doctor/bundle/v1"
 DOCUMENTS = ("manifest.json", "report.md", "check.json")
+KEEP_ENVIRON = (b"container",)  # systemd's container marker, read to detect containers
 MAX_LINK_HOPS = 40  # as the kernel's own limit on nested symlinks
 MAX_UNPACKED = 256 * 2**20  # a bundle is well under 1 MiB; refuse archive bombs
 
@@ -292,7 +293,7 @@ def redact_capture(captured: Capture, redactor: Redactor, config: EngineConfig) 
     Every user name is learned from every entry before any is replaced, so a name that
     first shows up in a home path is replaced in the files read before it as well.
     """
-    entries = {e.path: e for e in captured.entries}
+    entries = {e.path: _scrub_environ(e) for e in captured.entries}
     entries[DEFAULT_CONFIG] = Entry(DEFAULT_CONFIG, "file", settings_yaml(config))
     entries.setdefault("/etc", Entry("/etc", "dir"))
     for entry in entries.values():
@@ -302,6 +303,18 @@ def redact_capture(captured: Capture, redactor: Redactor, config: EngineConfig) 
         Entry(redactor.text(e.path), e.kind, redactor.data(e.data), redactor.text(e.target))
         for e in (entries[p] for p in sorted(entries))
     ]
+
+
+def _scrub_environ(entry: Entry) -> Entry:
+    """A process environment keeps its variable names and only ``container=``'s value:
+    the checks need no more, and environments carry credentials no pattern knows."""
+    if entry.kind != "file" or not entry.path.endswith("/environ"):
+        return entry
+    kept = []
+    for item in entry.data.split(b"\0"):
+        name, sep, _ = item.partition(b"=")
+        kept.append(item if name in KEEP_ENVIRON or not sep else name + b"=")
+    return Entry(entry.path, entry.kind, b"\0".join(kept), entry.target)
 
 
 def write_bundle(path: str, captured: Capture, members: List[Entry], redactor: Redactor,
@@ -344,6 +357,7 @@ def manifest_data(captured: Capture, members: List[Entry], redactor: Redactor) -
         "notes": [
             f"{DEFAULT_CONFIG} holds the engine settings in effect when the bundle was written.",
             "Listed folders keep only the entries something was read below.",
+            "Process environments (/proc/PID/environ) keep variable names, not values.",
         ],
     }
 

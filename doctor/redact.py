@@ -29,6 +29,7 @@ KINDS: Tuple[Tuple[str, str, str], ...] = (
     ("machine-id", "machine id", "machine ids"),
     ("uuid", "UUID", "UUIDs"),
     ("serial", "serial number", "serial numbers"),
+    ("secret", "secret", "secrets"),
 )
 """Placeholder kinds and how the report names one and several, in report order."""
 
@@ -51,6 +52,13 @@ UUID = re.compile(
 )
 IPV6 = re.compile(r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?:%[\w.-]+)?(?![\w:])")
 IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?!\.?\d)")
+_SECRET_WORD = r"[\w.-]*(?:password|passwd|token|secret|api[_-]?key|access[_-]?key)[\w.-]*"
+_VALUE = r"[^\s\0\"',;&]+"
+SECRETS = (
+    re.compile(rf"(?i)(?<![\w.-])({_SECRET_WORD}\s*[=:]\s*)({_VALUE})"),  # TOKEN=..., password: ...
+    re.compile(rf"(?i)(--{_SECRET_WORD}\s+)(?!-)({_VALUE})"),  # --api-key VALUE
+)
+"""Credentials in command lines, environments and unit files: the value is replaced."""
 KEEP_IPS = frozenset({"127.0.0.1", "0.0.0.0", "255.255.255.255", "::", "::1"})
 """Addresses that are the same on every host, and so private to none."""
 
@@ -208,8 +216,13 @@ class Redactor:
         return found
 
     def _steps(self) -> Iterable[Callable[[str], str]]:
-        return (self._replace_known, self._replace_homes, self._replace_macs, self._replace_uuids,
-                self._replace_ipv6, self._replace_ipv4)
+        return (self._replace_secrets, self._replace_known, self._replace_homes, self._replace_macs,
+                self._replace_uuids, self._replace_ipv6, self._replace_ipv4)
+
+    def _replace_secrets(self, text: str) -> str:
+        for pattern in SECRETS:
+            text = pattern.sub(lambda m: m.group(1) + self._placeholder("secret", m.group(2)), text)
+        return text
 
     def _replace_known(self, text: str) -> str:
         if not self._known:

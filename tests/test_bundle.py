@@ -221,3 +221,11 @@ def test_unpacked_links_stay_inside(tmp_path: Path) -> None:
             path = os.path.join(folder, name)
             if os.path.islink(path):
                 assert os.path.realpath(path).startswith(base + os.sep)
+
+
+def test_process_environments_keep_names_only(tmp_path: Path) -> None:
+    files = planted_files()
+    files["/proc/1/environ"] = "container=docker\0HF_TOKEN=hf_abcdef\0PATH=/usr/bin\0"
+    bundle = make_bundle(write_tree(tmp_path / "h", files), tmp_path / "b.tar.gz")
+    environ = read_member(bundle, f"{TOP}/proc/1/environ")
+    assert environ == b"container=docker\0HF_TOKEN=\0PATH=\0"

@@ -103,3 +103,11 @@ def test_learn_host_reads_identity_files_without_recording_them(tmp_path: Path) 
     assert root.reads == {}
     text = r.text("gpubox7.lab.example.com alice 4f1c0e2b9a8d4c6e8f0a1b2c3d4e5f60 SN-8C3X9Q2 root nobody")
     assert text == "host-1 user-1 machine-id-1 serial-1 root nobody"
+
+
+def test_credentials_lose_their_values() -> None:
+    r = Redactor()
+    text = r.text("API_TOKEN=abc123\0HOME=/root\0 serve --api-key sk-XYZ --port 8 password: hunter2")
+    assert "abc123" not in text and "sk-XYZ" not in text and "hunter2" not in text
+    assert "--port 8" in text and "HOME=/root" in text
+    assert r.counts() == {"secret": 3}
