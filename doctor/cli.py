@@ -26,6 +26,7 @@ LAZY_COMMANDS: Dict[str, str] = {
     "list-checks": "strata_doctor.cli:list_checks_command",
     "fix": "strata_doctor.cli_fix:fix_command",
     "report": "strata_doctor.cli_report:report_command",
+    "numa-plan": "strata_doctor.cli_numa_plan:numa_plan_command",
 }
 
 
@@ -175,24 +176,32 @@ FAIL_ON = click.Choice(["error", "warning"])
 @click.command("check")
 @click.argument("check_ids", nargs=-1, metavar="[CHECK_ID]...")
 @host_options
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "prometheus", "nfd"]), default="text",
+              show_default=True, help="prometheus: node_exporter textfile; nfd: node-feature-discovery.")
+@click.option("--output", metavar="FILE", help="With prometheus or nfd: write FILE atomically.")
 @click.option("--ignore", multiple=True, metavar="ID",
               help="Downgrade this check's (or CHECK/FINDING's) findings to info; repeatable.")
 @click.option("--fail-on", type=FAIL_ON, default="error", show_default=True,
               help="Lowest severity that makes the exit code 1.")
 @click.option("-v", "--verbose", is_flag=True, help="Show details and the evidence read.")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing when ready; one line per problem otherwise.")
-def check_command(check_ids: Tuple[str, ...], fmt: str, ignore: Tuple[str, ...], fail_on: str,
-                  verbose: bool, quiet: bool, **kwargs: Any) -> None:
+def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], ignore: Tuple[str, ...],
+                  fail_on: str, verbose: bool, quiet: bool, **kwargs: Any) -> None:
     """Check this host (or a captured one) for the engine; exit 1 when not ready."""
     from strata_doctor import render
 
+    if output and fmt not in ("prometheus", "nfd"):
+        raise UsageFailure("--output is for --format prometheus or nfd")
     options = host_from_kwargs(kwargs)
     _, ctx = open_host(options)
     results = run_selected(ctx, check_ids, ignore)
     threshold = Severity.parse(fail_on)
     code = render.exit_code(results, threshold)
-    if fmt == "json":
+    if fmt in ("prometheus", "nfd"):
+        from strata_doctor import render_fleet
+
+        render_fleet.emit(fmt, ctx, results, code, output)
+    elif fmt == "json":
         click.echo(render.to_json(ctx, results, code), nl=False)
     elif quiet:
         for line in render.quiet_lines(results, threshold):

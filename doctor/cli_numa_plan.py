@@ -1,0 +1,80 @@
+"""``strata-doctor numa-plan``: the binding a launcher should use, as text, JSON or a prefix.
+
+``$(strata-doctor numa-plan --format shell) python serve/server.py ...`` runs the engine
+under ``numactl --preferred=N --cpunodebind=N`` on a multi-node host, and unchanged where
+there is nothing to bind (``--numa off``, one node, no GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import replace
+from typing import Any, Dict, Optional
+
+import click
+
+from strata_doctor.api import NumaPlan, PlanError, plan_for_context
+from strata_doctor.cli import UsageFailure, host_from_kwargs, host_options, open_host
+
+SCHEMA = "strata-doctor/numa-plan/v1"
+
+
+def _numa_value(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    if value is not None and value not in ("auto", "off") and not value.isdigit():
+        raise click.BadParameter("expected auto, off or a node id", ctx, param)
+    return value
+
+
+@click.command("numa-plan")
+@host_options
+@click.option("--numa", metavar="auto|off|N", callback=_numa_value,
+              help="auto: the GPU's node (default, or numa: in the config); off: no binding; N: node N.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "shell"]), default="text",
+              show_default=True, help="shell: only the numactl prefix, shell-quoted (empty when none).")
+def numa_plan_command(numa: Optional[str], fmt: str, **kwargs: Any) -> None:
+    """Print where the engine should run: node, CPUs, memory policy and numactl prefix."""
+    from strata_doctor.context import HostContext
+
+    root, ctx = open_host(host_from_kwargs(kwargs))
+    if numa is not None:
+        ctx = HostContext(root, replace(ctx.config, numa=numa))
+    try:
+        plan = plan_for_context(ctx)
+    except PlanError as exc:
+        raise UsageFailure(str(exc)) from None
+    if fmt == "shell":
+        if plan.numactl:
+            click.echo(shlex.join(plan.numactl))
+    elif fmt == "json":
+        click.echo(json.dumps(plan_data(plan), indent=2, sort_keys=True))
+    else:
+        click.echo(plan_text(plan), nl=False)
+
+
+def plan_data(plan: NumaPlan) -> Dict[str, Any]:
+    """The plan as JSON data (schema ``strata-doctor/numa-plan/v1``)."""
+    return {
+        "schema": SCHEMA,
+        "node": plan.node,
+        "nodes": list(plan.nodes),
+        "cpu_nodes": list(plan.cpu_nodes),
+        "cpus": list(plan.cpus),
+        "cpulist": plan.cpulist,
+        "policy": plan.policy,
+        "numactl": list(plan.numactl),
+        "gpu": plan.gpu,
+        "gpu_node": plan.gpu_node,
+        "reasons": list(plan.reasons),
+    }
+
+
+def plan_text(plan: NumaPlan) -> str:
+    """Three parts for people: the binding, the prefix, the reasons."""
+    if plan.binds:
+        nodes = ",".join(str(n) for n in plan.nodes)
+        head = [f"bind to node(s) {nodes}: CPUs {plan.cpulist}, memory policy {plan.policy}",
+                f"prefix: {shlex.join(plan.numactl)}"]
+    else:
+        head = ["no binding: run the engine as it is"]
+    return "\n".join(head + [f"  - {reason}" for reason in plan.reasons]) + "\n"
