@@ -91,7 +91,8 @@ def _assert_configured(tree: Path, before: Dict[str, object], apply_output: str)
 
 @pytest.mark.parametrize("name", SYNTHETIC)
 def test_round_trip_synthetic(tmp_path: Path, name: str) -> None:
-    extra = ["--reserve-node", "--preflight"] if name == "two-node-252" else []
+    flags = {"two-node-252": ["--reserve-node", "--preflight"], "seed-model": ["--reserve-node"]}
+    extra = flags.get(name, [])
     _round_trip(make_host(tmp_path, name), extra, name)
 
 
@@ -103,7 +104,14 @@ def test_round_trip_fixture(tmp_path: Path, name: str) -> None:
 def test_seed_box_done_when(tmp_path: Path) -> None:
     if not (HOSTS / "seed-box").is_dir():
         pytest.skip("tests/fixtures/hosts/seed-box is not there yet")
-    tree = _copy_fixture(tmp_path, "seed-box")
+    _done_when(_copy_fixture(tmp_path, "seed-box"), sysctl_required=False)
+
+
+def test_seed_model_done_when(tmp_path: Path) -> None:
+    _done_when(make_host(tmp_path, "seed-model"), sysctl_required=True)
+
+
+def _done_when(tree: Path, sysctl_required: bool) -> None:
     original = snapshot(tree)
     result = run_cli(["fix", "--root", str(tree), "--apply", "--reserve-node"])
     assert result.exit_code == 0, result.stdout + result.stderr
@@ -118,10 +126,14 @@ def test_seed_box_done_when(tmp_path: Path) -> None:
     assert "--preferred=1 --cpunodebind=1" in wrapper.read_text()
     assert wrapper.stat().st_mode & 0o777 == 0o755
     sysctl = tree / "etc/sysctl.d/60-strata-doctor.conf"
-    if sysctl.exists():  # written once the hugepage check proposes it
-        assert "vm.nr_hugepages = 0" in sysctl.read_text()
-    check = run_cli(["check", "--root", str(tree)])
+    if sysctl_required or sysctl.exists():
+        assert "\nvm.nr_hugepages = 0\n" in sysctl.read_text()
+    check = run_cli(["check", "--root", str(tree), "--format", "json"])
     assert check.exit_code == 0, check.stdout
+    states = {(f["check"], f["id"]) for f in json.loads(check.stdout)["findings"]}
+    assert ("numa-binding", "configured") in states
+    if sysctl_required:
+        assert ("hugepages", "configured") in states
     assert run_cli(["fix", "--root", str(tree), "--revert"]).exit_code == 0
     assert snapshot(tree) == original
 

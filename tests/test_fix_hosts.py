@@ -26,7 +26,7 @@ from strata_doctor.root import Root
 from tests.conftest import UNBOUND_UNIT, two_node_files, write_tree
 
 UNIT_FILE = "[Unit]\nDescription=Strata engine\n\n[Service]\nExecStart=-/bin/true --serve\n"
-SYNTHETIC = ("two-node-252", "two-node-243-v1", "two-node-239", "two-node-offline")
+SYNTHETIC = ("two-node-252", "two-node-243-v1", "two-node-239", "two-node-offline", "seed-model")
 
 
 def host_files(name: str) -> Dict[str, str]:
@@ -45,6 +45,38 @@ def host_files(name: str) -> Dict[str, str]:
     # A file the fixes must not touch, and a relative symlink that must stay a symlink.
     files["/etc/hostname"] = "seed\n"
     files["/etc/localtime"] = "->../usr/share/zoneinfo/UTC"
+    if name == "seed-model":
+        files.update(seed_model_files())
+    return files
+
+
+def seed_model_files() -> Dict[str, str]:
+    """The seed box's numbers: 2 x 44 CPUs, 64 GiB per node, and the hugepage trap."""
+    node = "/sys/devices/system/node"
+    pool = "hugepages/hugepages-2048kB"
+    files = {
+        f"{node}/node0/cpulist": "0-21,44-65\n",
+        f"{node}/node1/cpulist": "22-43,66-87\n",
+        "/sys/devices/system/cpu/online": "0-87\n",
+        "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0/local_cpulist": "22-43,66-87\n",
+        "/proc/sys/vm/nr_hugepages": "24000\n",
+        "/proc/sys/vm/nr_overcommit_hugepages": "0\n",
+        "/proc/meminfo": "MemTotal:       131899392 kB\nMemFree:        80000000 kB\n"
+        "MemAvailable:   82000000 kB\nHugePages_Total:   24000\nHugePages_Free:    15779\n"
+        "HugePages_Rsvd:        0\nHugePages_Surp:        0\nHugepagesize:       2048 kB\n"
+        "Hugetlb:        49152000 kB\n",
+        "/etc/strata-doctor.yaml": "arena: 46.84GiB\nkv: 3.09GiB\n",
+    }
+    for n, free in ((0, 7779), (1, 8000)):
+        files[f"{node}/node{n}/meminfo"] = (
+            f"Node {n} MemTotal:       67108864 kB\nNode {n} MemFree:        40000000 kB\n")
+        files[f"{node}/node{n}/{pool}/nr_hugepages"] = "12000\n"
+        files[f"{node}/node{n}/{pool}/free_hugepages"] = f"{free}\n"
+        files[f"{node}/node{n}/{pool}/surplus_hugepages"] = "0\n"
+    sizes = {"nr_hugepages": 24000, "free_hugepages": 15779, "resv_hugepages": 0,
+             "surplus_hugepages": 0, "nr_overcommit_hugepages": 0}
+    for key, value in sizes.items():
+        files[f"/sys/kernel/mm/{pool}/{key}"] = f"{value}\n"
     return files
 
 
@@ -111,7 +143,8 @@ def test_binding_fix_follows_the_host(tmp_path: Path, name: str) -> None:
     dropin = templates["numa-dropin.conf.j2"]
     assert dropin["numa_policy"] == "preferred" and dropin["numa_mask"] == "1"
     assert dropin["allowed_cpus"] is (name != "two-node-243-v1")
-    assert dropin["cpus"] == ("4-6" if name == "two-node-offline" else "4-7")
+    expected = {"two-node-offline": "4-6", "seed-model": "22-43,66-87"}.get(name, "4-7")
+    assert dropin["cpus"] == expected
 
 
 def test_no_systemd_gets_the_wrapper_only(tmp_path: Path) -> None:
