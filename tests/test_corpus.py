@@ -1,0 +1,655 @@
+"""Real host snapshots from ../shared/corpus, checked against the raw files and against lstopo.
+
+Every snapshot must run without a traceback, and the NUMA facts strata-doctor reports
+(node ids, online CPUs per node, MemTotal per node, distance rows) must agree with
+``lstopo-no-graphics --if fsroot --input ROOT --of xml`` (Debian's hwloc-nox 2.9). Where
+lstopo shows a host differently from its raw files on purpose, the difference is named
+below as one of the ``LSTOPO_*`` exceptions and checked for exactly what it is, never
+skipped wholesale.
+
+Each archive is unpacked once per session into a temporary directory; nothing is written
+inside the project. The module skips when ../shared/corpus is absent, and the lstopo
+comparisons skip when lstopo-no-graphics is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, FrozenSet, Iterator, Optional, Set, Tuple
+
+import pytest
+
+from strata_doctor.context import place_gpu
+from strata_doctor.facts import _read_gpu, read_numa
+from strata_doctor.parse import format_cpulist, parse_cpulist, parse_cpumap, parse_int, parse_meminfo
+from strata_doctor.root import Root
+from tests.conftest import SHARED, run_cli
+
+pytestmark = pytest.mark.corpus
+
+CORPUS = SHARED / "corpus"
+if not (CORPUS / "MANIFEST.md").is_file():
+    pytest.skip(f"{CORPUS} is absent: no real host snapshots to test", allow_module_level=True)
+
+LSTOPO = shutil.which("lstopo-no-graphics")
+ARCHIVES: Dict[str, Path] = {
+    re.sub(r"\.tar\.(bz2|gz)$", "", path.name): path
+    for path in sorted(CORPUS.glob("*/*.tar.*"))
+    if re.search(r"\.tar\.(bz2|gz)$", path.name)
+}
+SNAPSHOTS = sorted(ARCHIVES)
+PCI = "/sys/bus/pci/devices"
+
+# -- The known differences between lstopo and the raw files (MANIFEST.md) ------------------
+LSTOPO_HIDES_GPU_MEMORY_NODES = (
+    "lstopo hides NVIDIA GPU-memory nodes (listed in /proc/driver/nvidia/gpus/*/numa_status) "
+    "unless HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES=1 is set"
+)
+LSTOPO_DROPS_OFFLINE_CPUS = (
+    "lstopo drops offline CPUs; the raw cpulist keeps them, so only online CPUs are compared"
+)
+LSTOPO_MERGES_BUGGY_NUMA = (
+    "lstopo merges the eight identical nodes of 8em64t-2s2ca2c-buggynuma (same CPUs 0-7, every "
+    "distance 10) into node 0"
+)
+LSTOPO_INVENTS_NODE_0 = (
+    "lstopo invents a node 0 holding every CPU and /proc/meminfo's MemTotal on kernels without "
+    "NUMA directories"
+)
+LSTOPO_DROPS_EMPTY_NODES = (
+    "lstopo keeps no node that has neither CPUs nor memory (node directories trimmed to vmstat "
+    "in the procfs fixtures), then invents node 0 as on kernels without NUMA directories"
+)
+LSTOPO_GIVES_CPULESS_NODES_A_LOCALITY = (
+    "lstopo gives a CPU-less node the cpuset of the object it hangs from (its locality), "
+    "where the raw cpulist is empty"
+)
+LSTOPO_PLACES_PCI_BY_LOCAL_CPUS = (
+    "lstopo places a PCI function by local_cpus, never by numa_node, so a numa_node that "
+    "contradicts local_cpulist (or is -1) does not show"
+)
+BUGGY_NUMA = "8em64t-2s2ca2c-buggynuma"
+
+
+# -- MANIFEST.md's table --------------------------------------------------------------------
+@dataclass(frozen=True)
+class ManifestRow:
+    """One row of the hwloc table in MANIFEST.md."""
+
+    root: str
+    node_ids: Tuple[int, ...]
+    memory_only: Tuple[int, ...]
+    online: Optional[str]
+    pci_functions: int
+    pci_numa_nodes: Dict[int, int]
+    display: Tuple[Tuple[str, Optional[int], Optional[int], Optional[int]], ...]
+    display_more: int
+
+
+def _ids(cell: str) -> Tuple[int, ...]:
+    inner = cell[cell.index("(") + 1 : cell.rindex(")")].strip()
+    if not inner:
+        return ()
+    if ".." in inner:
+        lo, hi = inner.split("..")
+        return tuple(range(int(lo), int(hi) + 1))
+    return tuple(int(x) for x in inner.split(","))
+
+
+def _optional_hex(text: str) -> Optional[int]:
+    return None if text == "None" else int(text, 16)
+
+
+def read_manifest() -> Dict[str, ManifestRow]:
+    rows: Dict[str, ManifestRow] = {}
+    row_re = re.compile(r"^\|\s*(\S+)\.tar\.(?:bz2|gz)\s*\|\s*`([^`]+)`\s*\|(.*)\|\s*$")
+    for line in (CORPUS / "MANIFEST.md").read_text().splitlines():
+        match = row_re.match(line)
+        if not match:
+            continue
+        name, root, rest = match.groups()
+        nodes, memonly, online, pci, display, _hugepages = (c.strip() for c in rest.split("|"))
+        histogram = {}
+        pci_inner = pci[pci.index("(") + 1 : pci.rindex(")")]
+        if pci_inner != "-":
+            for pair in pci_inner.split(","):
+                value, count = pair.rsplit(":", 1)
+                histogram[int(value)] = int(count)
+        devices = tuple(
+            (addr, _optional_hex(vendor), _optional_hex(device), None if numa == "None" else int(numa))
+            for addr, vendor, device, numa in re.findall(
+                r"([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+?):(\S+) numa=(-?\d+|None)", display
+            )
+        )
+        more = re.search(r"\(\+(\d+)\)", display)
+        rows[name] = ManifestRow(
+            root=root,
+            node_ids=_ids(nodes),
+            memory_only=tuple(int(x) for x in re.findall(r"\d+", memonly)),
+            online=None if online == "-" else online,
+            pci_functions=int(pci.split()[0]),
+            pci_numa_nodes=histogram,
+            display=devices,
+            display_more=int(more.group(1)) if more else 0,
+        )
+    return rows
+
+
+MANIFEST = read_manifest()
+
+# Where the table itself is wrong, checked against the raw files and lstopo.
+MANIFEST_MEMORY_ONLY_ERRATA = {
+    # The table's memory-only column misses CPU-less nodes on kernels that write only
+    # cpumap: node 16 here has an all-zero cpumap and 996 MiB of MemTotal, and lstopo
+    # agrees (cpuset 0x0, local_memory 1044660224).
+    "128ia64-17n4s2c": (16,),
+}
+
+
+# -- unpacking --------------------------------------------------------------------------------
+def _looks_like_root(path: Path) -> bool:
+    return (path / "sys").is_dir() or (path / "proc").is_dir()
+
+
+def find_root(dest: Path, hint: Optional[str]) -> Path:
+    """The host root inside an unpacked archive: the manifest's folder (or its ``fsroot/``),
+    else the shallowest folder holding ``sys/`` or ``proc/``."""
+    candidates = [dest / hint, dest / hint / "fsroot"] if hint else []
+    for candidate in [*candidates, dest]:
+        if _looks_like_root(candidate):
+            return candidate
+    level = [dest]
+    for _ in range(3):
+        level = sorted(p for parent in level for p in parent.iterdir() if p.is_dir() and not p.is_symlink())
+        for candidate in level:
+            if _looks_like_root(candidate):
+                return candidate
+    raise AssertionError(f"no sys/ or proc/ folder in {dest} (expected {hint!r})")
+
+
+# Per-CPU cache descriptions, idle states and memory-block links are 45% of the corpus's
+# files and read by neither strata-doctor nor the lstopo facts compared here (lstopo's
+# nodes, distances and PCI localities are the same without them); skipping them keeps
+# the unpacking fast on a busy disk.
+SKIPPED_MEMBERS = (
+    "sys/devices/system/cpu/cpu*/cache",
+    "sys/devices/system/cpu/cpu*/cpuidle",
+    "sys/devices/system/node/node*/memory*",
+    "sys/devices/system/memory",
+)
+_SKIPPED_RE = re.compile(
+    r"(^|/)sys/devices/system/(cpu/cpu\d+/(cache|cpuidle)|node/node\d+/memory\d+|memory)(/|$)"
+)
+
+
+def unpack(archive: Path, dest: Path) -> None:
+    dest.mkdir(parents=True)
+    tar = shutil.which("tar")
+    if tar:
+        excludes = [f"--exclude={pattern}" for pattern in SKIPPED_MEMBERS]
+        done = subprocess.run(
+            [tar, "-xf", str(archive), "-C", str(dest), "--no-same-owner", *excludes],
+            capture_output=True,
+            check=False,
+        )
+        if done.returncode == 0:
+            return
+        shutil.rmtree(dest)
+        dest.mkdir()
+    with tarfile.open(archive) as tf:
+        members = [m for m in tf.getmembers() if not _SKIPPED_RE.search(m.name)]
+        if hasattr(tarfile, "tar_filter"):
+            tf.extractall(dest, members, filter="tar")
+        else:  # Python < 3.9.17 has no extraction filters
+            tf.extractall(dest, members)
+
+
+# -- lstopo's view ------------------------------------------------------------------------------
+def hwloc_bitmap(text: Optional[str]) -> FrozenSet[int]:
+    """Parse an hwloc bitmap (``0x000000ff,0xff000000,,0x0000ffff``; an empty word is zero)."""
+    if not text:
+        return frozenset()
+    value = 0
+    for word in text.split(","):
+        word = word[2:] if word.startswith("0x") else word
+        if word.startswith("f...f"):  # an infinite set: no NUMA or PU set is one
+            raise AssertionError(f"unexpected infinite hwloc bitmap {text!r}")
+        value = (value << 32) | int(word or "0", 16)
+    return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
+
+
+@dataclass(frozen=True)
+class LstopoView:
+    """What lstopo's XML says about NUMA nodes, their distances and display devices."""
+
+    nodes: Dict[int, Tuple[FrozenSet[int], Optional[int]]]
+    """os_index -> (cpuset, local_memory or None)."""
+    distances: Optional[Dict[int, Dict[int, int]]]
+    """The NUMA latency matrix by os index; None when lstopo has none."""
+    pci: Dict[str, Tuple[str, FrozenSet[int]]]
+    """PCI bus id -> (pci_type, nodeset of the object it hangs from)."""
+
+
+def run_lstopo(root: Path, keep_gpu_nodes: bool) -> LstopoView:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HWLOC_")}
+    if keep_gpu_nodes:
+        env["HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES"] = "1"
+    assert LSTOPO is not None
+    done = subprocess.run(
+        [LSTOPO, "--if", "fsroot", "--input", str(root), "--of", "xml", "--whole-io", "--disallowed"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    tree = ET.fromstring(done.stdout)
+    parent = {child: node for node in tree.iter() for child in node}
+    nodes: Dict[int, Tuple[FrozenSet[int], Optional[int]]] = {}
+    pci: Dict[str, Tuple[str, FrozenSet[int]]] = {}
+    for obj in tree.iter("object"):
+        if obj.get("type") == "NUMANode":
+            memory = int(obj.get("local_memory") or 0) or None
+            nodes[int(obj.get("os_index", "-1"))] = (hwloc_bitmap(obj.get("cpuset")), memory)
+        elif obj.get("type") == "PCIDev":
+            holder = obj
+            while holder.get("nodeset") is None:
+                holder = parent[holder]
+            pci[obj.get("pci_busid", "")] = (obj.get("pci_type", ""), hwloc_bitmap(holder.get("nodeset")))
+    distances = None
+    for matrix in tree.iter("distances2"):
+        if matrix.get("type") != "NUMANode" or matrix.get("name", "NUMALatency") != "NUMALatency":
+            continue
+        ids = [int(x) for part in matrix.findall("indexes") for x in (part.text or "").split()]
+        values = [int(x) for part in matrix.findall("u64values") for x in (part.text or "").split()]
+        assert len(values) == len(ids) ** 2, "lstopo's distance matrix is not square"
+        distances = {a: {b: values[i * len(ids) + j] for j, b in enumerate(ids)} for i, a in enumerate(ids)}
+    return LstopoView(nodes, distances, pci)
+
+
+# -- the session's corpus ------------------------------------------------------------------------
+class Corpus:
+    """Unpacked snapshots and, computed once each, the tool's JSON and lstopo's view."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.roots: Dict[str, Path] = {}
+        self._json: Dict[str, Dict[str, Any]] = {}
+        self._lstopo: Dict[Tuple[str, bool], LstopoView] = {}
+
+    def unpack_all(self) -> None:
+        def one(name: str) -> Tuple[str, Path]:
+            dest = self.base / name
+            unpack(ARCHIVES[name], dest)
+            row = MANIFEST.get(name)
+            return name, find_root(dest, row.root if row else None)
+
+        with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+            self.roots.update(pool.map(one, SNAPSHOTS))
+
+    def root(self, name: str) -> Path:
+        return self.roots[name]
+
+    def json(self, name: str) -> Dict[str, Any]:
+        if name not in self._json:
+            result = run_cli(["check", "--root", str(self.root(name)), "--format", "json"])
+            assert result.exit_code in (0, 1), (result.exit_code, result.stderr)
+            self._json[name] = json.loads(result.stdout)
+        return self._json[name]
+
+    def lstopo(self, name: str, keep_gpu_nodes: bool = True) -> LstopoView:
+        if LSTOPO is None:
+            pytest.skip("lstopo-no-graphics is not installed (Debian package hwloc-nox)")
+        key = (name, keep_gpu_nodes)
+        if key not in self._lstopo:
+            self._lstopo[key] = run_lstopo(self.root(name), keep_gpu_nodes)
+        return self._lstopo[key]
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
+    base = tmp_path_factory.mktemp("corpus")
+    unpacked = Corpus(base)
+    unpacked.unpack_all()
+    yield unpacked
+    shutil.rmtree(base, ignore_errors=True)  # ~220 MiB: do not leave it for pytest's retention
+
+
+def tool_nodes(data: Dict[str, Any]) -> Dict[int, Dict[str, Any]]:
+    return {n["id"]: n for n in data["facts"]["numa"]["nodes"]}
+
+
+def gpu_memory_nodes(root: Path) -> Set[int]:
+    """Nodes the NVIDIA driver says hold GPU memory (``numa_status`` of each GPU)."""
+    found = set()
+    for status in root.glob("proc/driver/nvidia/gpus/*/numa_status"):
+        for line in status.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "Node" and value.strip().lstrip("-").isdigit() and int(value) >= 0:
+                found.add(int(value))
+    return found
+
+
+def proc_memtotal(root: Path) -> Optional[int]:
+    path = root / "proc" / "meminfo"
+    return parse_meminfo(path.read_text()).get("MemTotal") if path.is_file() else None
+
+
+# == (1) every snapshot runs clean =================================================================
+@pytest.mark.parametrize("name", SNAPSHOTS)
+def test_check_runs_clean(corpus: Corpus, name: str) -> None:
+    root = str(corpus.root(name))
+    data = corpus.json(name)  # asserts exit 0 or 1 and valid JSON
+    assert data["schema"] == "strata-doctor/check/v1"
+    assert data["exit_code"] in (0, 1)
+    assert not [c for c in data["checks"] if c["status"] == "crashed"]
+    assert {f["severity"] for f in data["findings"]} <= {"ok", "info", "warning", "error"}
+    # the arena-fit path and the text renderer on the same host
+    for args in (["--format", "json", "--arena", "46.84GiB", "--kv", "3.09GiB"], ["-v"]):
+        result = run_cli(["check", "--root", root, *args])
+        assert result.exit_code in (0, 1), (args, result.exit_code, result.stdout[-2000:], result.stderr)
+        assert "Traceback" not in result.stdout + result.stderr
+        if "json" in args:
+            crashed = [c for c in json.loads(result.stdout)["checks"] if c["status"] == "crashed"]
+            assert not crashed
+
+
+# == (2) NUMA facts agree with lstopo =================================================================
+@pytest.mark.parametrize("name", SNAPSHOTS)
+def test_numa_facts_agree_with_lstopo(corpus: Corpus, name: str) -> None:
+    root = corpus.root(name)
+    data = corpus.json(name)
+    tool = tool_nodes(data)
+    view = corpus.lstopo(name, keep_gpu_nodes=True)
+    numa = read_numa(Root(root))
+    online = frozenset(numa.online_cpus)
+
+    # LSTOPO_DROPS_OFFLINE_CPUS: what the raw cpulists hold beyond the online CPUs never shows.
+    lstopo_cpus = frozenset().union(*(cpus for cpus, _ in view.nodes.values()))
+    assert not lstopo_cpus & numa.offline_cpus, LSTOPO_DROPS_OFFLINE_CPUS
+    for node in numa.nodes:
+        assert node.cpus <= node.all_cpus and not node.cpus & numa.offline_cpus
+
+    if name == BUGGY_NUMA:
+        # LSTOPO_MERGES_BUGGY_NUMA
+        assert sorted(tool) == list(range(8)), LSTOPO_MERGES_BUGGY_NUMA
+        assert {tuple(n["cpus"]) for n in tool.values()} == {tuple(range(8))}
+        assert {d for n in tool.values() for d in n["distances"].values()} == {10}
+        assert sorted(view.nodes) == [0]
+        assert view.nodes[0] == (frozenset(range(8)), tool[0]["memory_total_bytes"])
+        return
+
+    kept = {i: n for i, n in tool.items() if n["cpus"] or n["memory_total_bytes"]}
+    if not kept:
+        # LSTOPO_INVENTS_NODE_0 (no NUMA directories), or LSTOPO_DROPS_EMPTY_NODES
+        reason = LSTOPO_DROPS_EMPTY_NODES if tool else LSTOPO_INVENTS_NODE_0
+        assert sorted(view.nodes) == [0], reason
+        cpus, memory = view.nodes[0]
+        if online:
+            assert cpus == online, reason
+        assert memory == proc_memtotal(root), reason
+        assert view.distances is None
+        return
+    if kept.keys() != tool.keys():
+        # LSTOPO_DROPS_EMPTY_NODES, with nodes left that lstopo does show
+        assert sorted(view.nodes) == sorted(kept), LSTOPO_DROPS_EMPTY_NODES
+
+    assert sorted(view.nodes) == sorted(kept), "node ids"
+    for node_id, node in kept.items():
+        cpus, memory = view.nodes[node_id]
+        if node["cpus"]:
+            assert sorted(cpus) == node["cpus"], f"node {node_id}'s online CPUs"
+        else:
+            # LSTOPO_GIVES_CPULESS_NODES_A_LOCALITY: any CPUs lstopo lists are online ones.
+            assert cpus <= online or not online, LSTOPO_GIVES_CPULESS_NODES_A_LOCALITY
+        assert memory == (node["memory_total_bytes"] or None), f"node {node_id}'s MemTotal"
+
+    if view.distances is None:
+        # lstopo keeps no matrix for one node, nor for rows the firmware left out or zeroed;
+        # the tool then reports the rows as a quirk.
+        if len(kept) > 1:
+            assert data["facts"]["numa"]["quirks"], "lstopo dropped the distances: expected a quirk"
+        return
+    assert sorted(view.distances) == sorted(kept)
+    for node_id, row in view.distances.items():
+        tool_row = {int(k): v for k, v in tool[node_id]["distances"].items()}
+        assert tool_row == row, f"node {node_id}'s distance row"
+
+
+def test_lstopo_hides_gpu_memory_nodes_unless_asked(corpus: Corpus) -> None:
+    """LSTOPO_HIDES_GPU_MEMORY_NODES, on the POWER9 host whose six V100s are nodes 250-255."""
+    name = "nvidiagpunumanodes"
+    hidden = gpu_memory_nodes(corpus.root(name))
+    assert hidden == set(range(250, 256))
+    tool = tool_nodes(corpus.json(name))
+    assert hidden <= set(tool)
+    plain = corpus.lstopo(name, keep_gpu_nodes=False)
+    kept = corpus.lstopo(name, keep_gpu_nodes=True)
+    assert sorted(kept.nodes) == sorted(tool)
+    assert sorted(plain.nodes) == sorted(set(tool) - hidden), LSTOPO_HIDES_GPU_MEMORY_NODES
+    assert plain.distances is not None
+    for node_id, row in plain.distances.items():
+        assert row == {k: v for k, v in kept.distances[node_id].items() if k not in hidden}  # type: ignore[index]
+
+
+@pytest.mark.parametrize("name", SNAPSHOTS)
+def test_display_devices_sit_where_lstopo_puts_them(corpus: Corpus, name: str) -> None:
+    """LSTOPO_PLACES_PCI_BY_LOCAL_CPUS: lstopo's locality of each display function is the set
+    of nodes whose online CPUs its local_cpus covers, read from the tool's own facts."""
+    data = corpus.json(name)
+    gpus = data["facts"].get("gpus", [])
+    if not gpus:
+        return
+    view = corpus.lstopo(name, keep_gpu_nodes=True)
+    tool = tool_nodes(data)
+    cpu_nodes = {i for i, n in tool.items() if n["cpus"]}
+    for gpu in gpus:
+        if int(gpu["address"].split(":")[0], 16) > 0xFFFF:
+            continue  # hwloc 2.9 ignores 32-bit PCI domains
+        assert gpu["address"] in view.pci, f"lstopo lost {gpu['address']}"
+        pci_type, nodeset = view.pci[gpu["address"]]
+        assert pci_type.startswith(gpu["class"][:4])
+        local = set(gpu["local_cpus"])
+        covered = {i for i in cpu_nodes if local & set(tool[i]["cpus"])}
+        if not tool:  # no NUMA directories: lstopo's invented node 0
+            assert nodeset == {0}
+        else:
+            assert nodeset & cpu_nodes == (covered or cpu_nodes), LSTOPO_PLACES_PCI_BY_LOCAL_CPUS
+
+
+# == (3) the manifest's table holds ======================================================================
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_manifest_table_facts(corpus: Corpus, name: str) -> None:
+    row = MANIFEST[name]
+    root = corpus.root(name)
+    assert root.name in (row.root, "fsroot")
+    data = corpus.json(name)
+    tool = tool_nodes(data)
+    assert tuple(sorted(tool)) == row.node_ids
+    memory_only = MANIFEST_MEMORY_ONLY_ERRATA.get(name, row.memory_only)
+    assert tuple(i for i, n in sorted(tool.items()) if n["memory_only"]) == memory_only
+    if row.online is not None:
+        assert data["facts"]["numa"]["online_cpus"] == row.online
+
+    host = Root(root)
+    functions = host.listdir(PCI)
+    assert len(functions) == row.pci_functions
+    histogram: Dict[int, int] = {}
+    for address in functions:
+        value = parse_int(host.read(f"{PCI}/{address}/numa_node"))
+        if value is not None:
+            histogram[value] = histogram.get(value, 0) + 1
+    assert histogram == row.pci_numa_nodes
+
+    gpus = {g["address"]: g for g in data["facts"].get("gpus", [])}
+    assert len(gpus) == len(row.display) + row.display_more
+    for address, vendor, device, numa_node in row.display:
+        gpu = gpus[address]
+        assert gpu["vendor"] == (None if vendor is None else f"{vendor:04x}")
+        assert gpu["device"] == (None if device is None else f"{device:04x}")
+        assert gpu["numa_node_raw"] == numa_node
+
+
+def test_nvidiagpunumanodes(corpus: Corpus) -> None:
+    """POWER9: nodes 0 and 8 hold the CPUs, 250-255 the six V100s' memory (10/40/80)."""
+    data = corpus.json("nvidiagpunumanodes")
+    tool = tool_nodes(data)
+    assert sorted(tool) == [0, 8, *range(250, 256)]
+    assert [i for i, n in tool.items() if n["memory_only"]] == list(range(250, 256))
+    assert tool[0]["cpus"] == list(range(16)) and tool[8]["cpus"] == list(range(88, 104))
+    assert tool[0]["distances"] == {"0": 10, "8": 40, **{str(i): 80 for i in range(250, 256)}}
+    assert tool[253]["memory_total_bytes"] == 15 * 1024**3
+    # the GPU functions were trimmed to class and local_cpus: placed by local_cpus alone
+    compute = next(g for g in data["facts"]["gpus"] if g["compute"])
+    assert (compute["address"], compute["numa_node_raw"]) == ("0004:05:00.0", None)
+    assert (compute["numa_node"], compute["numa_node_source"]) == (0, "local_cpulist")
+    binding = next(f for f in data["findings"] if f["check"] == "numa-binding")
+    assert "--preferred=0 --cpunodebind=0" in binding["summary"]  # never a memory-only node
+    assert "80/10 = 8.0x" in binding["summary"]
+
+
+def test_pcilocality_numa_node_contradicting_local_cpulist(corpus: Corpus) -> None:
+    """40intel64-2g2n4c+pcilocality: nearly every function at numa_node -1, and 0000:43:00.0
+    at 2 while its local_cpulist 0-39 spans all four nodes."""
+    name = "40intel64-2g2n4c+pcilocality"
+    root = Root(corpus.root(name))
+    numa = read_numa(root)
+    device = _read_gpu(root, "0000:43:00.0", parse_int(root.read(f"{PCI}/0000:43:00.0/class")) or 0)
+    assert device.numa_node_raw == 2
+    assert device.local_cpus == frozenset(range(40))
+    node, source, contradiction = place_gpu(device, numa)
+    assert (node, source) == (2, "numa_node")
+    assert contradiction == "numa_node says 2 but local_cpulist is 0-39"
+    if LSTOPO:
+        _, nodeset = corpus.lstopo(name).pci["0000:43:00.0"]
+        assert nodeset == {0, 1, 2, 3}, LSTOPO_PLACES_PCI_BY_LOCAL_CPUS
+    # its only display function is at -1 with local_cpulist 0-39: no node can be told
+    (gpu,) = corpus.json(name)["facts"]["gpus"]
+    assert (gpu["address"], gpu["numa_node_raw"], gpu["numa_node"]) == ("0000:09:03.0", -1, None)
+    findings = {f["id"] for f in corpus.json(name)["findings"]}
+    assert "unknown-node" in findings
+
+
+def test_fakepcilocalities_places_the_vga_on_node_0(corpus: Corpus) -> None:
+    data = corpus.json("fakepcilocalities")
+    (gpu,) = data["facts"]["gpus"]
+    assert (gpu["address"], gpu["numa_node_raw"], gpu["numa_node"]) == ("0000:09:03.0", 0, 0)
+    assert gpu["local_cpus"] == tool_nodes(data)[0]["cpus"]
+    assert data["exit_code"] == 1  # unbound engine, GPU on node 0 of four
+
+
+def test_ghw_p100_at_minus_one_is_placed_on_the_node_of_its_local_cpulist(corpus: Corpus) -> None:
+    data = corpus.json("linux-amd64-accel-nvidia")
+    p100 = next(g for g in data["facts"]["gpus"] if g["device"] == "15f8")
+    assert (p100["vendor"], p100["class"], p100["numa_node_raw"]) == ("10de", "030200", -1)
+    assert p100["local_cpus"] == list(range(8)) == tool_nodes(data)[0]["cpus"]
+    assert p100["compute"] and p100["numa_node"] == 0
+
+
+@pytest.mark.xfail(
+    reason="place_gpu answers 'single-node' on a one-node host before it consults "
+    "local_cpulist, so the finding does not say the -1 was resolved by local_cpulist",
+    strict=False,
+)
+def test_ghw_p100_placement_names_local_cpulist(corpus: Corpus) -> None:
+    data = corpus.json("linux-amd64-accel-nvidia")
+    p100 = next(g for g in data["facts"]["gpus"] if g["device"] == "15f8")
+    assert p100["numa_node_source"] == "local_cpulist"
+
+
+def test_quirky_snapshots(corpus: Corpus) -> None:
+    quirks = {
+        name: corpus.json(name)["facts"]["numa"]["quirks"] for name in ("8ia64-2s2c2t", "4fake-4gr1nu1pu")
+    }
+    assert any("contains 0" in q for q in quirks["8ia64-2s2c2t"])  # a distance file reading 0
+    assert sum("missing or empty" in q for q in quirks["4fake-4gr1nu1pu"]) == 4
+    for name in ("16em64t-4s2c2t", "128ia64-17n4s2c", "256ia64-64n2s2c"):  # only cpumap
+        assert {n["cpus_source"] for n in corpus.json(name)["facts"]["numa"]["nodes"]} == {"cpumap"}
+    cgroup = corpus.json("32amd64-4s2n4c-cgroup2")["facts"]["numa"]
+    assert (cgroup["online_cpus"], cgroup["offline_cpus"]) == ("0-31", "32-47")
+    seed_like = corpus.json("32em64t-2n8c+dax+nvme+mic+dimms")
+    binding = next(f for f in seed_like["findings"] if f["check"] == "numa-binding")
+    assert binding["severity"] == "error" and "21/10 = 2.1x" in binding["summary"]
+
+
+def test_procfs_gpu_outside_the_pci_bus_list_is_not_a_gpu(corpus: Corpus) -> None:
+    """The procfs fixtures keep their AMD GPU only under sys/class/drm/card0/device, not in
+    /sys/bus/pci/devices, so neither the tool nor lstopo sees a display function there."""
+    name = "prometheus-procfs-fixtures"
+    root = corpus.root(name)
+    assert (root / "sys/class/drm/card0/device/class").read_text().startswith("0x03")
+    assert corpus.json(name)["facts"]["gpus"] == []
+    if LSTOPO:
+        assert not [t for t, _ in corpus.lstopo(name).pci.values() if t.startswith("03")]
+
+
+# == (4) GPU facts against the raw files =================================================================
+def raw_display_functions(root: Path) -> Dict[str, Dict[str, Optional[str]]]:
+    """Display-class functions read straight from the files, without the tool's readers."""
+    found = {}
+    devices = root / PCI.lstrip("/")
+    for entry in sorted(devices.iterdir()) if devices.is_dir() else []:
+        def read(attr: str, entry: Path = entry) -> Optional[str]:
+            path = entry / attr
+            return path.read_text().replace("\0", "").strip() if path.is_file() else None
+
+        klass = read("class")
+        if klass and int(klass, 16) >> 16 == 0x03:
+            found[entry.name] = {a: read(a) for a in ("class", "vendor", "device", "numa_node",
+                                                       "local_cpulist", "local_cpus")}
+    return found
+
+
+@pytest.mark.parametrize("name", SNAPSHOTS)
+def test_gpu_facts_match_the_raw_files(corpus: Corpus, name: str) -> None:
+    data = corpus.json(name)
+    raw = raw_display_functions(corpus.root(name))
+    gpus = {g["address"]: g for g in data["facts"].get("gpus", [])}
+    assert sorted(gpus) == sorted(raw)
+    if not gpus:
+        return
+    assert sum(g["compute"] for g in gpus.values()) == 1
+    tool = tool_nodes(data)
+    numa = read_numa(Root(corpus.root(name)))
+    cpu_nodes = [n.id for n in numa.cpu_nodes]
+    for address, files in raw.items():
+        gpu = gpus[address]
+        assert gpu["class"] == f"{int(files['class'] or '0', 16):06x}"
+        for attr in ("vendor", "device"):
+            assert gpu[attr] == (None if files[attr] is None else f"{int(files[attr], 16):04x}")
+        raw_node = None if files["numa_node"] is None else int(files["numa_node"])
+        assert gpu["numa_node_raw"] == raw_node
+        if files["local_cpulist"] is not None:
+            local = parse_cpulist(files["local_cpulist"])
+        else:
+            local = parse_cpumap(files["local_cpus"] or "")
+        assert gpu["local_cpus"] == sorted(local), format_cpulist(local)
+        if not gpu["compute"]:
+            continue
+        # numa_node when it names a node; else the one node whose CPUs hold local_cpulist
+        owners = [n.id for n in numa.nodes if local and local <= n.all_cpus]
+        expected: Optional[int] = None
+        if raw_node is not None and raw_node >= 0 and raw_node in tool:
+            expected = raw_node
+        elif len(cpu_nodes) > 1:
+            expected = owners[0] if len(owners) == 1 else None
+        elif len(tool) == 1:
+            expected = next(iter(tool))
+        assert gpu["numa_node"] == expected, (gpu["numa_node"], gpu["numa_node_source"])
+
+
+def test_every_snapshot_has_a_manifest_root_or_is_found() -> None:
+    """The table names the root folder of every hwloc archive; the rest are found by looking."""
+    hwloc = {name for name, path in ARCHIVES.items() if path.parent.name == "hwloc"}
+    assert hwloc <= set(MANIFEST)
+    assert len(SNAPSHOTS) >= len(MANIFEST) > 0
