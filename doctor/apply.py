@@ -384,15 +384,22 @@ def _owner_matches(real: Path, entry: Dict[str, Any]) -> bool:
 def _revert_actions(root: Root, journal: Dict[str, Any]) -> Tuple[str, ...]:
     if not privileged(root):
         return ()
-    taken: List[str] = []
-    for entry in reversed(journal.get("actions", [])):
-        if entry.get("previous") is not None:
-            _take_action(root, entry["kind"], entry["target"], entry["previous"])
-            taken.append(f"{entry['target']} = {entry['previous']}")
+    steps: List[Tuple[str, str, str]] = [
+        (e["kind"], e["target"], e["previous"]) for e in reversed(journal.get("actions", []))
+        if e.get("previous") is not None
+    ]
     if any(e["kind"] == "daemon-reload" for e in journal.get("actions", [])):
-        _take_action(root, "daemon-reload", "systemd", "")
-        taken.append("systemctl daemon-reload")
-    return tuple(taken)
+        steps.append(("daemon-reload", "systemd", ""))
+    done: List[str] = []
+    for kind, target, value in steps:
+        label = "systemctl daemon-reload" if kind == "daemon-reload" else f"{target} = {value}"
+        try:
+            _take_action(root, kind, target, value)
+        except (OSError, ApplyError, subprocess.SubprocessError) as exc:
+            # The files are already back; a runtime step that fails is reported, not fatal.
+            label += f" failed: {_describe(exc)}"
+        done.append(label)
+    return tuple(done)
 
 
 # -- state directory ------------------------------------------------------------

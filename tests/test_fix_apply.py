@@ -296,3 +296,49 @@ def test_applies_stack_and_revert_one_at_a_time(tmp_path: Path) -> None:
     assert snapshot(tree) == original
     nothing = run_cli(["fix", "--root", str(tree), "--revert"])
     assert nothing.exit_code == 0 and "Nothing to revert" in nothing.stdout
+
+
+def test_runtime_actions_are_journaled_and_undone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As root on a live host: sysctl now, daemon-reload; revert puts the old value back."""
+    import subprocess
+
+    tree = make_host(tmp_path, "seed-model")
+    original = snapshot(tree)
+    calls: List[List[str]] = []
+
+    def fake_run(argv: List[str], **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+        calls.append(list(argv))
+        return subprocess.CompletedProcess(argv, 0, b"", b"")
+
+    monkeypatch.setattr(applier, "privileged", lambda root: True)
+    monkeypatch.setattr(applier.subprocess, "run", fake_run)
+    monkeypatch.setattr(os, "fchown", lambda fd, uid, gid: None)
+    ctx = context_for(tree)
+    plan = build_plan(ctx, run_selected(ctx, (), ()), PlanOptions())
+    report = apply_plan(ctx.root, plan)
+    assert report.actions == ("sysctl -w vm.nr_hugepages=0", "systemctl daemon-reload")
+    assert (tree / "proc/sys/vm/nr_hugepages").read_text() == "0\n"
+    assert calls == [["systemctl", "daemon-reload"]]
+    reverted = revert_last(ctx.root)
+    assert reverted.actions == ("vm.nr_hugepages = 24000", "systemctl daemon-reload")
+    assert calls[-1] == ["systemctl", "daemon-reload"]
+    assert snapshot(tree) == original
+
+
+def test_failed_daemon_reload_rolls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    tree = make_host(tmp_path, "seed-model")
+    original = snapshot(tree)
+
+    def failing(argv: List[str], **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.CompletedProcess(argv, 1, b"", b"Failed to connect to bus\n")
+
+    monkeypatch.setattr(applier, "privileged", lambda root: True)
+    monkeypatch.setattr(applier.subprocess, "run", failing)
+    monkeypatch.setattr(os, "fchown", lambda fd, uid, gid: None)
+    ctx = context_for(tree)
+    plan = build_plan(ctx, run_selected(ctx, (), ()), PlanOptions())
+    with pytest.raises(ApplyError, match="daemon-reload` exited 1: Failed to connect to bus"):
+        apply_plan(ctx.root, plan)
+    assert snapshot(tree) == original

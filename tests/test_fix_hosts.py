@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -16,7 +17,7 @@ import pytest
 
 from strata_doctor.binding import plan_for
 from strata_doctor.context import HostContext
-from strata_doctor.engine import EngineConfig
+from strata_doctor.engine import load_config
 from strata_doctor.fixes import (
     binding_fix_for,
     parse_systemd_version,
@@ -107,8 +108,11 @@ def snapshot(tree: Path) -> Dict[str, Entry]:
 
 def context_for(tree: Path, numa: Optional[str] = None) -> HostContext:
     """A HostContext on ``tree`` with default engine settings."""
-    config = EngineConfig() if numa is None else EngineConfig(numa=numa)
-    return HostContext(Root(tree), config)
+    root = Root(tree)
+    config = load_config(root, None)
+    if numa is not None:
+        config = replace(config, numa=numa)
+    return HostContext(root, config)
 
 
 def test_parse_systemd_version() -> None:
