@@ -8,9 +8,12 @@ from strata_doctor.checks.arena_fit import ArenaFit
 from strata_doctor.checks.cpu_contention import CpuContention
 from strata_doctor.checks.cpu_isa import CpuIsa
 from strata_doctor.checks.gpu_placement import GpuPlacementCheck
+from strata_doctor.checks.hugepages import Hugepages
 from strata_doctor.checks.numa_binding import NumaBinding
 from strata_doctor.checks.numa_topology import NumaTopology
+from strata_doctor.checks.oomd import Oomd
 from strata_doctor.checks.pcie_link import PcieLinkCheck
+from strata_doctor.checks.transparent_hugepages import TransparentHugepages
 from strata_doctor.registry import Check
 
 BUILTIN: Tuple[Type[Check], ...] = (
@@ -18,6 +21,9 @@ BUILTIN: Tuple[Type[Check], ...] = (
     GpuPlacementCheck,
     NumaBinding,
     ArenaFit,
+    Hugepages,
+    TransparentHugepages,
+    Oomd,
     CpuContention,
     PcieLinkCheck,
     CpuIsa,

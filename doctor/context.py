@@ -24,6 +24,8 @@ from strata_doctor.facts import (
     read_gpus,
     read_numa,
 )
+from strata_doctor.memory import HugepageFacts, ThpFacts, detect_container, read_hugepages, read_thp
+from strata_doctor.oomd import OomdFacts, read_oomd
 from strata_doctor.parse import format_cpulist
 from strata_doctor.processes import ProcessInfo, read_processes
 from strata_doctor.root import Root
@@ -106,6 +108,23 @@ class HostContext:
         if self.config.numa.isdigit():
             return int(self.config.numa)
         return self.placement.node if self.placement else None
+
+    # -- memory traps (hugepages, THP, systemd-oomd): doctor/memory.py, doctor/oomd.py --
+    @cached_property
+    def hugepages(self) -> HugepageFacts:
+        """Hugepage pools, their holders and hugetlbfs files, and their configuration."""
+        return read_hugepages(self.root, self.processes)
+
+    @cached_property
+    def thp(self) -> ThpFacts:
+        """Transparent hugepage settings."""
+        return read_thp(self.root)
+
+    @cached_property
+    def oomd(self) -> OomdFacts:
+        """systemd-oomd and the engine's cgroup under it."""
+        pid = self.unit.main_pid if self.engine_process else None
+        return read_oomd(self.root, self.unit, pid, self.processes, detect_container(self.root))
 
 
 class GpuChoiceError(Exception):

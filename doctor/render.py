@@ -141,7 +141,29 @@ def gpus_data(ctx: HostContext) -> List[Dict[str, Any]]:
     return rows
 
 
-FACT_RENDERERS = {"numa": numa_data, "cpu": cpu_data}
+def hugepages_facts(ctx: HostContext) -> Dict[str, Any]:
+    """``facts.hugepages`` (doctor/memory.py)."""
+    from strata_doctor.memory import hugepages_data
+
+    return hugepages_data(ctx.hugepages)
+
+
+def thp_facts(ctx: HostContext) -> Dict[str, Any]:
+    """``facts.thp`` (doctor/memory.py)."""
+    from strata_doctor.memory import thp_data
+
+    return thp_data(ctx.thp)
+
+
+def oomd_facts(ctx: HostContext) -> Dict[str, Any]:
+    """``facts.oomd`` (doctor/oomd.py)."""
+    from strata_doctor.oomd import oomd_data
+
+    return oomd_data(ctx.oomd)
+
+
+FACT_RENDERERS = {"numa": numa_data, "cpu": cpu_data, "hugepages": hugepages_facts, "thp": thp_facts,
+                  "oomd": oomd_facts}
 """Fact sections by the HostContext attribute that holds them; extend to add a section."""
 
 

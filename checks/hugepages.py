@@ -1,0 +1,541 @@
+"""hugepages: does the hugepage pool fit the engine, or trap it?"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+from strata_doctor.context import HostContext
+from strata_doctor.memory import (
+    CHAIN,
+    SYSCTL_KEY,
+    HugepageFacts,
+    HugetlbfsFile,
+    PagePool,
+    PoolAssessment,
+    SysctlSetting,
+    assess_pool,
+    count,
+    format_page_size,
+    project_memory,
+)
+from strata_doctor.memory_fixes import SYSCTL_FILE, SYSCTL_NAME, node_pool_fix, size_pool_fix, sysctl_fix
+from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
+from strata_doctor.oomd import assess_exposure, oomd_commands
+from strata_doctor.parse import format_bytes
+from strata_doctor.registry import Check
+from strata_doctor.root import Command
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class PendingPool:
+    """A pool size written in the configuration but not yet in effect."""
+
+    pages: int
+    """What the configuration sets."""
+    path: str
+    """The file that sets it."""
+
+    @property
+    def after(self) -> str:
+        """When it takes effect."""
+        if "sysctl" in self.path:
+            return "`sysctl --system` (or a reboot)"
+        return "a reboot (after regenerating the boot configuration)"
+
+
+def engine_pid(ctx: HostContext) -> Optional[int]:
+    """The running engine's PID, or None."""
+    return ctx.unit.main_pid if ctx.engine_process else None
+
+
+def assessment(ctx: HostContext) -> PoolAssessment:
+    """The default pool against the engine's need, for this host."""
+    return assess_pool(ctx.hugepages, ctx.config, engine_pid(ctx))
+
+
+def pending_pool(facts: HugepageFacts, current: int) -> Optional[PendingPool]:
+    """The configured default-pool size when it differs from the pool now."""
+    configured = facts.configured_pages()
+    if configured is None or configured[0] == current:
+        return None
+    return PendingPool(*configured)
+
+
+def trap_in_effect(ctx: HostContext) -> bool:
+    """The seed's trap is live now and no fix for it is waiting in the configuration."""
+    a = assessment(ctx)
+    if not a.trap or a.pool is None:
+        return False
+    pending = pending_pool(ctx.hugepages, a.pool.total)
+    return not (pending and _resolves(pending.pages, a))
+
+
+def _resolves(pages: int, a: PoolAssessment) -> bool:
+    # After sysctl --system or a boot the configured pool is free (orphans vanish at boot).
+    if pages == 0:
+        return a.mode != "hugetlb"
+    return a.need is not None and pages >= a.need.pages
+
+
+def pool_words(pool: PagePool) -> str:
+    """``24,000 2 MiB pages (46.88 GiB)``."""
+    return f"{count(pool.total)} {format_page_size(pool.size)} pages ({format_bytes(pool.total * pool.size)})"
+
+
+def overriding(facts: HugepageFacts, value: str) -> Tuple[SysctlSetting, ...]:
+    """Assignments of vm.nr_hugepages that sysctl.d(5) applies after 60-strata-doctor.conf."""
+    later = []
+    for setting in facts.sysctl.setters(SYSCTL_KEY):
+        name = os.path.basename(setting.path)
+        after = setting.path == "/etc/sysctl.conf" or (setting.path != SYSCTL_FILE and name > SYSCTL_NAME)
+        if after and setting.value.strip() != value:
+            later.append(setting)
+    return tuple(later)
+
+
+class Hugepages(Check):
+    """Finds hugepage pools that trap the engine or hold memory nobody uses.
+
+    A pool set aside with ``vm.nr_hugepages`` is invisible to ordinary allocations, and
+    ``free`` and ``top`` show it only as used memory. On the seed box the pool was 24,000
+    pages (46.88 GiB); the engine needed 46.84 GiB / 2 MiB → 23,983 pages, but 8,221 were
+    already taken, so only 15,779 were free: MAP_HUGETLB failed at every start, the
+    engine fell back to transparent hugepages and needed the arena again in ordinary
+    pages while the pool kept its 46.88 GiB, and the load tripped systemd-oomd, which
+    killed the unit, which systemd restarted into the same trap. ``vm.nr_hugepages = 0``
+    ended it.
+
+    Reads ``/proc/meminfo``, ``/proc/sys/vm/nr_hugepages`` and
+    ``nr_overcommit_hugepages``, every size under ``/sys/kernel/mm/hugepages/``, the
+    per-node pools, the hugetlbfs mounts and their files, ``HugetlbPages:`` of every
+    process, and ``/proc/PID/maps`` (to find files nobody maps). The configured pool comes
+    from the sysctl.d(5) files in their order, ``/etc/sysctl.conf`` and the kernel command
+    line, so a fix that is written but not applied shows as configured and pending. The
+    engine's mode (``hugepages: auto|hugetlb|thp``, default ``auto``: try MAP_HUGETLB,
+    fall back to THP) and arena come from the config or ``--arena``.
+    """
+
+    id = "hugepages"
+    title = "Hugepage pool"
+
+    def commands(self, ctx: HostContext) -> Sequence[Command]:
+        return oomd_commands(ctx.config.unit)
+
+    def applies(self, ctx: HostContext) -> Optional[str]:
+        facts = ctx.hugepages
+        if facts.mem("MemTotal") is None and not facts.pools:
+            why = dict(facts.unreadable).get("/proc/meminfo", "missing")
+            return f"cannot read /proc/meminfo ({why}) nor /sys/kernel/mm/hugepages"
+        return None
+
+    def run(self, ctx: HostContext) -> Iterator[Finding]:
+        facts = ctx.hugepages
+        a = assessment(ctx)
+        yield from self._default_pool(ctx, facts, a)
+        yield from self._nodes(ctx, facts, a)
+        yield from self._other_sizes(facts)
+        yield from self._orphans(facts)
+        yield from self._surplus(facts)
+        if facts.unreadable:
+            yield self.finding(
+                "unreadable", Severity.INFO,
+                "could not read: " + "; ".join(f"{p} ({why})" for p, why in facts.unreadable),
+                detail="Holders and orphaned hugetlbfs files may be missing from these findings. "
+                "Run as root to see every process's maps and every hugetlbfs file.",
+            )
+
+    # -- the default pool -----------------------------------------------------------------
+    def _default_pool(self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment) -> Iterator[Finding]:
+        pool = a.pool
+        evidence = self._pool_evidence(ctx, facts)
+        total = pool.total if pool else 0
+        pending = pending_pool(facts, total)
+        if pool is None or (pool.total == 0 and pool.surplus == 0 and pool.overcommit == 0):
+            yield from self._no_pool(ctx, facts, a, pending, evidence)
+            return
+        if a.fails:
+            if pending and _resolves(pending.pages, a):
+                yield self._configured(pool, pending, evidence)
+            elif a.trap:
+                yield self._trap(ctx, facts, a, evidence)
+            else:
+                yield self._too_small(ctx, facts, a, evidence)
+            return
+        if a.mode == "thp" or a.need is None:
+            yield self._not_for_engine(ctx, facts, a, pending, evidence)
+            return
+        assert a.need is not None
+        spare = pool.total - a.need.pages - (pool.used - a.engine_pages)
+        extra = f"; {count(spare)} pages ({format_bytes(spare * pool.size)}) beyond that stay idle" \
+            if spare * pool.size >= GIB else ""
+        yield self.finding(
+            "fits", Severity.OK,
+            f"pool {count(pool.total)}, free {count(pool.free)}: the arena's {a.need.arithmetic} "
+            f"fit MAP_HUGETLB{extra}",
+            evidence=evidence,
+        )
+
+    def _no_pool(
+        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, pending: Optional[PendingPool],
+        evidence: Tuple[Evidence, ...],
+    ) -> Iterator[Finding]:
+        need = a.need
+        if a.mode == "hugetlb":
+            if need is None:
+                yield self.finding("too-small", Severity.ERROR,
+                                   "no hugepage pool, and the engine runs with hugepages: hugetlb "
+                                   "(pass --arena to size one)", evidence=evidence)
+                return
+            if pending and pending.pages >= need.pages:
+                yield self._configured(a.pool, pending, evidence)
+                return
+            yield self.finding(
+                "too-small", Severity.ERROR,
+                f"no hugepage pool, but the engine runs with hugepages: hugetlb and needs "
+                f"{need.arithmetic}: MAP_HUGETLB will fail and the engine will not start",
+                detail="hugetlb mode has no fallback. Reserve the pool on the GPU's node, or "
+                "switch the engine to `hugepages: auto` or `thp`.",
+                evidence=evidence, fix=self._grow_fix(ctx, facts, a, need.pages),
+            )
+            return
+        if pending and pending.pages > 0 and need is not None and pending.pages < need.pages \
+                and a.mode == "auto":
+            yield self.finding(
+                "trap-at-boot", Severity.WARNING,
+                f"no pool now, but {pending.path} sets {SYSCTL_KEY} = {count(pending.pages)}: after "
+                f"{pending.after} MAP_HUGETLB needs {need.arithmetic} and will fail, and the pool "
+                f"will hold {format_bytes(pending.pages * facts.page_size)} the THP fallback cannot use",
+                evidence=evidence,
+                fix=self._zero_fix(facts, "hugepages/trap-at-boot", "the engine runs on THP"),
+            )
+            return
+        how = "THP" if a.mode != "hugetlb" else "MAP_HUGETLB"
+        yield self.finding(
+            "no-pool", Severity.OK,
+            f"no hugepage pool: no memory is held back, and the arena uses {how} "
+            f"(hugepages: {a.mode})",
+            evidence=evidence,
+        )
+
+    def _configured(
+        self, pool: Optional[PagePool], pending: PendingPool, evidence: Tuple[Evidence, ...],
+    ) -> Finding:
+        now = count(pool.total) if pool else "0"
+        return self.finding(
+            "configured", Severity.INFO,
+            f"configured: {SYSCTL_KEY} = {count(pending.pages)} in {pending.path} (the pool is "
+            f"{now} now); takes effect after {pending.after}",
+            detail="The fix is written but not in effect yet. Pages that are taken stay taken "
+            "until their holders release them (or the files holding them are deleted); the "
+            "engine needs a restart to pick up the change.",
+            evidence=evidence,
+        )
+
+    def _trap(
+        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, evidence: Tuple[Evidence, ...],
+    ) -> Finding:
+        pool, need = a.pool, a.need
+        assert pool is not None and need is not None
+        taken = pool.total - pool.free
+        pool_bytes = pool.total * pool.size
+        summary = (
+            f"MAP_HUGETLB will fail: pool {count(pool.total)}, free {count(pool.free)}, needed "
+            f"{count(need.pages)} ({need.arithmetic}); the engine falls back to THP and needs "
+            f"{format_bytes(need.arena)} more while the pool keeps {format_bytes(pool_bytes)}"
+        )
+        parts = [
+            f"{SYSCTL_KEY} = {count(pool.total)} sets aside {format_bytes(pool_bytes)} for MAP_HUGETLB. "
+            f"{count(taken)} of its pages are taken ({self._takers(facts, pool, taken)}), so "
+            f"{count(pool.free)} are free"
+            + (f" and {count(pool.reserved)} of those are reserved" if pool.reserved else "")
+            + f": {count(a.missing)} short of the {count(need.pages)} the arena needs "
+            f"({need.arithmetic}).",
+            "With hugepages: auto the engine then falls back to transparent hugepages: it needs the "
+            f"arena again, {format_bytes(need.arena)} of ordinary pages, while the pool keeps "
+            f"{format_bytes(pool_bytes)} that nothing else can use (free and top count it as used).",
+        ]
+        projection = project_memory(facts, ctx.config, a, self._engine_resident(ctx))
+        if projection is not None:
+            parts.append(f"Projected after the start: {projection.arithmetic}.")
+        parts.append(
+            "What follows: loading the arena drives reclaim and compaction (memory pressure); where "
+            "systemd-oomd watches the engine's cgroup it kills the unit, and systemd restarts it into "
+            "the same trap: a restart loop."
+        )
+        if self._chain(ctx):
+            parts.append(f"systemd-oomd watches the engine here, so this is the first link of one "
+                         f"failure chain ({CHAIN}), reported in order by oomd/trap-chain.")
+        parts.append(
+            f"Set {SYSCTL_KEY} = 0 to run on THP (what fixed the seed box), or free the "
+            f"{count(taken)} taken pages so that the arena fits."
+        )
+        shadowed = self._shadowed(facts)
+        if shadowed:
+            parts.append(shadowed)
+        fix = None if facts.container else self._zero_fix(
+            facts, "hugepages/trap", "MAP_HUGETLB cannot get the arena; the engine runs on THP")
+        if facts.container:
+            parts.append(f"This is a container ({facts.container}): the pool belongs to the host; "
+                         f"change {SYSCTL_KEY} there.")
+        return self.finding("trap", Severity.ERROR, summary, detail=" ".join(parts),
+                            evidence=evidence + self._config_evidence(ctx), fix=fix)
+
+    def _too_small(
+        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, evidence: Tuple[Evidence, ...],
+    ) -> Finding:
+        pool, need = a.pool, a.need
+        assert pool is not None and need is not None
+        taken = pool.total - pool.free
+        return self.finding(
+            "too-small", Severity.ERROR,
+            f"pool too small for hugepages: hugetlb: pool {count(pool.total)}, free {count(pool.free)}, "
+            f"needed {count(need.pages)} ({need.arithmetic}): MAP_HUGETLB will fail and the engine "
+            "will not start",
+            detail=f"{count(taken)} pages are taken ({self._takers(facts, pool, taken)}). hugetlb mode "
+            f"has no fallback: grow the pool by {count(a.missing)} pages, free the taken ones, or "
+            "switch the engine to `hugepages: auto`.",
+            evidence=evidence + self._config_evidence(ctx),
+            fix=self._grow_fix(ctx, facts, a, need.pages + max(0, taken - a.engine_pages)),
+        )
+
+    def _not_for_engine(
+        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, pending: Optional[PendingPool],
+        evidence: Tuple[Evidence, ...],
+    ) -> Finding:
+        pool = a.pool
+        assert pool is not None
+        pool_text = pool_words(pool)
+        if pool.used == 0 and not facts.holders:
+            if pending and pending.pages == 0:
+                return self._configured(pool, pending, evidence)
+            if a.mode == "thp":
+                return self.finding(
+                    "unused-pool", Severity.WARNING,
+                    f"pool of {pool_text} that nobody uses: free {count(pool.free)} of "
+                    f"{count(pool.total)}, no process holds any, and the engine runs on THP",
+                    detail="The pool is taken out of ordinary memory at once and stays out: no "
+                    "other allocation can use it, and free and top count it as used.",
+                    evidence=evidence,
+                    fix=None if facts.container else self._zero_fix(
+                        facts, "hugepages/unused-pool", "nothing uses the pool; the engine runs on THP"),
+                )
+            return self.finding(
+                "unused-pool", Severity.WARNING,
+                f"pool of {pool_text} that nobody uses now (free {count(pool.free)} of "
+                f"{count(pool.total)}); pass --arena to check it fits the engine",
+                detail="If the pool is for the engine (hugepages: auto or hugetlb), give its arena "
+                "size so that the fit can be checked; otherwise it holds memory hostage.",
+                evidence=evidence,
+            )
+        users = ", ".join(f"{h.name} (pid {h.pid}, {format_bytes(h.bytes)})" for h in facts.holders[:5])
+        why = "the engine runs on THP" if a.mode == "thp" else "no arena size to compare with (--arena)"
+        return self.finding(
+            "in-use", Severity.INFO,
+            f"pool of {pool_text}, {count(pool.used)} in use"
+            + (f" by {users}" if users else "") + f"; {why}",
+            evidence=evidence,
+        )
+
+    # -- nodes, other sizes, orphans, surplus -----------------------------------------------
+    def _nodes(self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment) -> Iterator[Finding]:
+        nodes = facts.nodes_of(facts.page_size)
+        target = ctx.target_node
+        if target is None or len(nodes) < 2 or not a.uses_pool or a.fails or a.need is None:
+            return
+        on_target = next((n for n in nodes if n.node == target), None)
+        have = (on_target.free if on_target else 0) + a.engine_pages
+        if have >= a.need.pages:
+            return
+        counts = ", ".join(f"node {n.node}: {count(n.total)} (free {count(n.free)})" for n in nodes)
+        configured = self._configured_node(facts, target)
+        evidence = tuple(
+            Evidence(f"/sys/devices/system/node/node{n.node}/hugepages/hugepages-{n.size // 1024}kB",
+                     f"nr_hugepages={n.total} free_hugepages={n.free}")
+            for n in nodes
+        )
+        if configured and configured[0] >= a.need.pages:
+            yield self.finding(
+                "configured", Severity.INFO,
+                f"configured: hugepages={target}:{count(configured[0])} in {configured[1]}; takes "
+                f"effect after a reboot (pool now {counts})", evidence=evidence)
+            return
+        elsewhere = a.need.pages - have
+        others = {n.node: n.total for n in nodes if n.node != target}
+        used_on_target = (on_target.total - on_target.free) if on_target else 0
+        fix = None if facts.container or facts.sys_readonly else node_pool_fix(
+            target, a.need.pages + max(0, used_on_target - a.engine_pages), facts.page_size, others,
+            overriding=facts.sysctl.setters(SYSCTL_KEY))
+        yield self.finding(
+            "wrong-node", Severity.WARNING,
+            f"hugepage pool not on the GPU's node {target}: {counts}; {count(elsewhere)} of the "
+            f"arena's {count(a.need.pages)} pages would come from other nodes",
+            detail="MAP_HUGETLB takes pages from the node the memory policy prefers and then from "
+            "any node with free pages, so the arena lands away from the GPU and every expert read "
+            "crosses the socket link. vm.nr_hugepages spreads the pool over all nodes; per-node "
+            "pools are set through /sys/devices/system/node/N/hugepages/ or the kernel command "
+            "line (hugepages=<node>:<count>).",
+            evidence=evidence, fix=fix,
+        )
+
+    def _other_sizes(self, facts: HugepageFacts) -> Iterator[Finding]:
+        for pool in facts.pools:
+            if pool.size == facts.page_size or pool.total == 0:
+                continue
+            text = pool_words(pool)
+            ev = (Evidence(pool.source, f"nr_hugepages={pool.total} free_hugepages={pool.free}"),)
+            if pool.used == 0:
+                yield self.finding(
+                    "unused-pool", Severity.WARNING,
+                    f"pool of {text} that nobody uses (not the default size, so MAP_HUGETLB without "
+                    "a size flag never draws on it)",
+                    evidence=ev,
+                    fix=None if facts.container or facts.sys_readonly else size_pool_fix(
+                        pool.size, "hugepages/unused-pool"),
+                )
+            else:
+                yield self.finding("in-use", Severity.INFO, f"pool of {text}, {count(pool.used)} in use",
+                                   evidence=ev)
+
+    def _orphans(self, facts: HugepageFacts) -> Iterator[Finding]:
+        orphans = facts.orphans
+        if not orphans:
+            return
+        total = sum(f.size or 0 for f in orphans)
+        listing = "; ".join(self._orphan_text(facts, f) for f in orphans[:5])
+        more = f" and {len(orphans) - 5} more" if len(orphans) > 5 else ""
+        yield self.finding(
+            "orphans", Severity.WARNING,
+            f"{len(orphans)} hugetlbfs file{'s' if len(orphans) != 1 else ''} that no process maps "
+            f"hold{'s' if len(orphans) == 1 else ''} {format_bytes(total)}: {listing}{more}",
+            detail="A file in hugetlbfs keeps its pages until it is deleted, even when no process "
+            "has it open: a crashed or killed program leaves them behind, and the pool looks taken "
+            "for no visible reason. Delete them once sure nothing will reopen them.",
+            evidence=tuple(Evidence(f.path, self._orphan_text(facts, f, path=False)) for f in orphans[:20]),
+            fix=Fix(
+                summary="delete the orphaned hugetlbfs files (by hand: they may be someone's data)",
+                manual=tuple(
+                    ManualStep(f"rm -- {f.path}  # {self._orphan_text(facts, f)}")
+                    for f in orphans
+                ),
+                takes_effect="now",
+            ),
+        )
+
+    def _orphan_text(self, facts: HugepageFacts, f: HugetlbfsFile, path: bool = True) -> str:
+        size = format_bytes(f.size) if f.size is not None else "size unknown"
+        pages = ""
+        if f.size:
+            page = next((m.page_size for m in facts.mounts if f in m.files and m.page_size), None) \
+                or facts.page_size
+            pages = f", {count(-(-f.size // page))} pages"
+        text = f"{size}{pages}, {f.owner_text}"
+        return f"{f.path} ({text})" if path else text
+
+    def _surplus(self, facts: HugepageFacts) -> Iterator[Finding]:
+        pool = facts.default_pool
+        if pool is None or (pool.surplus == 0 and pool.overcommit == 0):
+            return
+        yield self.finding(
+            "surplus", Severity.INFO,
+            f"overcommit: up to {count(pool.overcommit)} surplus {format_page_size(pool.size)} pages "
+            f"on demand, {count(pool.surplus)} in use now",
+            detail="Surplus pages are made when a mapping needs them and the kernel can find free "
+            "2 MiB blocks, and given back when freed; they are not held in advance, so they hold no "
+            "memory hostage, but they can fail under fragmentation.",
+            evidence=(Evidence("/proc/sys/vm/nr_overcommit_hugepages", str(facts.nr_overcommit or 0)),
+                      Evidence("/proc/meminfo", f"HugePages_Surp: {pool.surplus}")),
+        )
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _takers(self, facts: HugepageFacts, pool: PagePool, taken: int) -> str:
+        parts: List[str] = []
+        held = 0
+        for h in facts.holders[:4]:
+            pages = h.bytes // pool.size
+            held += pages
+            parts.append(f"{h.name} pid {h.pid}: {count(pages)}")
+        orphaned = 0
+        for f in facts.orphans:
+            if f.size:
+                orphaned += -(-f.size // pool.size)
+        if orphaned:
+            parts.append(f"orphaned hugetlbfs files: {count(orphaned)}")
+        rest = taken - held - orphaned
+        if rest > 0:
+            parts.append(f"{count(rest)} by no visible process (SysV SHM_HUGETLB segments, another "
+                         "PID namespace, or maps that need root to read)")
+        return "; ".join(parts) if parts else "holders unknown"
+
+    def _shadowed(self, facts: HugepageFacts) -> str:
+        """Say so when an earlier file's value is overridden by a later one."""
+        setters = facts.sysctl.setters(SYSCTL_KEY)
+        if len(setters) < 2:
+            return ""
+        last = setters[-1]
+        earlier = [s for s in setters[:-1] if s.value.strip() != last.value.strip()]
+        if not earlier:
+            return ""
+        lost = "; ".join(f"{s.key} = {s.value} in {s.path}" for s in earlier)
+        return (f"{lost} is overridden by {last.key} = {last.value} in {last.path}, which is applied "
+                "later (sysctl.d applies files in name order, /etc/sysctl.conf last; the last wins).")
+
+    def _pool_evidence(self, ctx: HostContext, facts: HugepageFacts) -> Tuple[Evidence, ...]:
+        keys = ("HugePages_Total", "HugePages_Free", "HugePages_Rsvd", "HugePages_Surp")
+        values = [f"{k}={facts.mem(k)}" for k in keys if facts.mem(k) is not None]
+        if facts.default_size:
+            values.append(f"Hugepagesize={facts.default_size // 1024} kB")
+        if facts.mem("Hugetlb") is not None:
+            values.append(f"Hugetlb={format_bytes(facts.mem('Hugetlb') or 0)}")
+        evidence = [Evidence("/proc/meminfo", " ".join(values))] if values else []
+        if facts.nr_hugepages is not None:
+            evidence.append(Evidence("/proc/sys/vm/nr_hugepages", str(facts.nr_hugepages)))
+        for setting in facts.sysctl.setters(SYSCTL_KEY):
+            evidence.append(Evidence(setting.path, f"{setting.key} = {setting.value}"))
+        for h in facts.holders[:5]:
+            evidence.append(Evidence(f"/proc/{h.pid}/status",
+                                     f"Name={h.name} HugetlbPages={format_bytes(h.bytes)}"))
+        return tuple(evidence)
+
+    def _config_evidence(self, ctx: HostContext) -> Tuple[Evidence, ...]:
+        c = ctx.config
+        source = c.source or "command line"
+        return (Evidence(source, f"arena={format_bytes(c.arena_bytes or 0)} hugepages={c.hugepages}"),)
+
+    def _engine_resident(self, ctx: HostContext) -> int:
+        proc = ctx.engine_process
+        return proc.resident_bytes if proc else 0
+
+    def _chain(self, ctx: HostContext) -> bool:
+        oomd = ctx.oomd
+        return oomd.active and oomd.cgroup_v2 is not False and assess_exposure(oomd).exposed
+
+    def _zero_fix(self, facts: HugepageFacts, finding: str, reason: str) -> Fix:
+        return sysctl_fix(((SYSCTL_KEY, "0", reason),), finding, overriding(facts, "0"))
+
+    def _grow_fix(
+        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, pages: int,
+    ) -> Optional[Fix]:
+        if facts.container:
+            return None
+        target = ctx.target_node
+        nodes = facts.nodes_of(facts.page_size)
+        if target is not None and len(nodes) > 1 and not facts.sys_readonly:
+            others = {n.node: n.total for n in nodes if n.node != target}
+            return node_pool_fix(target, pages, facts.page_size, others,
+                                 overriding=facts.sysctl.setters(SYSCTL_KEY))
+        return sysctl_fix(((SYSCTL_KEY, str(pages), "the engine maps its arena with MAP_HUGETLB"),),
+                          "hugepages/too-small", overriding(facts, str(pages)))
+
+    def _configured_node(self, facts: HugepageFacts, node: int) -> Optional[Tuple[int, str]]:
+        for path, cmdline in facts.configured_cmdline:
+            counts = cmdline.node_counts(facts.page_size, facts.page_size)
+            if node in counts and counts[node] != self._node_total(facts, node):
+                return counts[node], path
+        return None
+
+    def _node_total(self, facts: HugepageFacts, node: int) -> int:
+        return next((n.total for n in facts.nodes_of(facts.page_size) if n.node == node), 0)

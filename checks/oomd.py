@@ -1,0 +1,311 @@
+"""oomd: can systemd-oomd kill the engine, and is it part of the hugepage failure chain?"""
+
+from __future__ import annotations
+
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+from strata_doctor.checks.hugepages import assessment, trap_in_effect
+from strata_doctor.context import HostContext
+from strata_doctor.memory import CHAIN, MemoryProjection, count, project_memory
+from strata_doctor.memory_fixes import move_to_system_service_fix, oomd_dropin_fix
+from strata_doctor.model import Evidence, Finding, Fix, Severity
+from strata_doctor.oomd import Exposure, OomdFacts, Watched, assess_exposure, oomd_commands
+from strata_doctor.parse import format_bytes
+from strata_doctor.registry import Check
+from strata_doctor.root import Command
+
+
+class Oomd(Check):
+    """Finds whether systemd-oomd can kill the engine, and says how it would.
+
+    systemd-oomd kills a whole cgroup: under a cgroup with ``ManagedOOMMemoryPressure=kill``
+    the one with the most reclaim activity once pressure stays above the limit (Fedora
+    watches ``user@UID.service`` at 50% for 20 s), and under ``ManagedOOMSwap=kill`` the
+    one using the most swap once memory and swap are both over ``SwapUsedLimit``. An
+    engine loading a 46.84 GiB arena is the heaviest reclaimer on the host. On the seed
+    box the hugepage trap forced that load into ordinary pages beside a 46.88 GiB pool;
+    oomd killed the unit, systemd restarted it, and the loop went on. When both are
+    present this check reports them as one chain, in the order it happens
+    (``oomd/trap-chain``, referring to ``hugepages/trap``).
+
+    Reads ``systemctl show systemd-oomd.service``, ``oomctl dump``, ``oomd.conf`` and its
+    drop-ins, the engine's cgroup (its unit's ControlGroup, or ``/proc/PID/cgroup``),
+    ``ManagedOOM*`` of the engine unit and every ancestor slice (loaded, and on disk for a
+    change not yet loaded), swap from ``/proc/meminfo``, ``/proc/pressure/memory``, the
+    unit's NRestarts and Result, and earlier kills in ``journalctl -u systemd-oomd``. The
+    fix is a drop-in with ``ManagedOOMPreference=avoid`` for a system service (oomd
+    honours it only for root-owned cgroups), moving a session-started engine into a system
+    service, and never turning oomd off for the whole host.
+    """
+
+    id = "oomd"
+    title = "OOM killer (systemd-oomd)"
+
+    def commands(self, ctx: HostContext) -> Sequence[Command]:
+        return oomd_commands(ctx.config.unit)
+
+    def applies(self, ctx: HostContext) -> Optional[str]:
+        facts = ctx.oomd
+        if not facts.systemd:
+            where = f" (a {facts.container} container: the host's oomd cannot be seen from here)" \
+                if facts.container else ""
+            return f"no systemd: {facts.systemd_reason or 'systemctl did not answer'}{where}"
+        return None
+
+    def run(self, ctx: HostContext) -> Iterator[Finding]:
+        facts = ctx.oomd
+        state_ev = Evidence("$ systemctl show systemd-oomd.service", f"ActiveState={facts.oomd_state}")
+        if not facts.active:
+            yield self.finding(
+                "inactive", Severity.OK,
+                f"systemd-oomd is not running ({facts.oomd_state}): it cannot kill the engine",
+                evidence=(state_ev,),
+            )
+            return
+        if facts.cgroup_v2 is False:
+            yield self.finding(
+                "cgroup-v1", Severity.INFO,
+                "systemd-oomd is active but the host runs cgroup v1: oomd needs the unified "
+                "hierarchy (cgroup v2) and cannot act here",
+                evidence=(state_ev,),
+            )
+            return
+        if facts.engine_cgroup is None:
+            watched = ", ".join(sorted({w.path for w in facts.dump.watched})) if facts.dump else "unknown"
+            yield self.finding(
+                "unknown-cgroup", Severity.INFO,
+                f"systemd-oomd is active (watching: {watched}), but {facts.engine_unit} is not loaded "
+                "and no engine process was found, so its exposure cannot be told",
+                detail="Run the check with the engine running, or name its unit with --unit.",
+                evidence=(state_ev,),
+            )
+            return
+        exposure = assess_exposure(facts)
+        evidence = (state_ev, *self._evidence(ctx, facts, exposure))
+        if not exposure.effective_watch:
+            swap_only = [w for w in exposure.watched if w.kind == "swap"]
+            note = f" (ManagedOOMSwap=kill on {swap_only[0].path}, but the host has no swap)" \
+                if swap_only else ""
+            yield self.finding(
+                "not-watched", Severity.OK,
+                f"systemd-oomd is active but watches no cgroup above {facts.engine_cgroup}{note}",
+                evidence=evidence,
+            )
+            return
+        if exposure.pending:
+            value, path = exposure.configured or ("", "")
+            yield self.finding(
+                "configured", Severity.INFO,
+                f"configured: ManagedOOMPreference={value} in {path}; takes effect after "
+                f"`systemctl daemon-reload` and a restart of {facts.engine_unit}",
+                detail="Until then systemd-oomd may still pick the engine: "
+                + self._mechanism(facts, exposure, ctx),
+                evidence=evidence,
+            )
+            return
+        if exposure.protected:
+            yield self.finding(
+                "protected", Severity.OK,
+                f"systemd-oomd watches {self._watch_list(facts, exposure)}, but {facts.engine_unit} has "
+                f"ManagedOOMPreference={exposure.preference}: oomd picks other cgroups first",
+                evidence=evidence,
+            )
+            return
+        if trap_in_effect(ctx):
+            yield self._chain(ctx, facts, exposure, evidence)
+            return
+        yield self._exposed(ctx, facts, exposure, evidence)
+
+    # -- findings -----------------------------------------------------------------------------
+    def _exposed(
+        self, ctx: HostContext, facts: OomdFacts, exposure: Exposure, evidence: Tuple[Evidence, ...],
+    ) -> Finding:
+        projection = self._projection(ctx)
+        kills = facts.engine_kills()
+        looping = self._looping(facts)
+        severity = Severity.WARNING
+        reasons: List[str] = []
+        if kills and looping:
+            severity = Severity.ERROR
+            reasons.append(f"it has already killed the engine {len(kills)} time"
+                           f"{'s' if len(kills) != 1 else ''} (last {kills[-1].time or 'time unknown'})"
+                           f"{self._restarts(facts)}")
+        if projection is not None and projection.short:
+            severity = Severity.ERROR
+            reasons.append(f"the projected need leaves {format_bytes(projection.left)}, less than the "
+                           f"{format_bytes(projection.headroom)} headroom")
+        summary = (f"systemd-oomd can kill {self._who(facts)}: it watches "
+                   f"{self._watch_list(facts, exposure)}")
+        if reasons:
+            summary += "; " + "; ".join(reasons)
+        detail = self._mechanism(facts, exposure, ctx)
+        if projection is not None:
+            detail += f" Projected after the engine's start: {projection.arithmetic}."
+        if kills and not looping:
+            detail += (f" The journal shows {len(kills)} earlier kill{'s' if len(kills) != 1 else ''} "
+                       f"of the engine (last {kills[-1].time}); it is running normally now.")
+        return self.finding("exposed", severity, summary, detail=detail + " " + self._advice(facts),
+                            evidence=evidence, fix=self._fix(facts))
+
+    def _chain(
+        self, ctx: HostContext, facts: OomdFacts, exposure: Exposure, evidence: Tuple[Evidence, ...],
+    ) -> Finding:
+        a = assessment(ctx)
+        pool, need = a.pool, a.need
+        assert pool is not None and need is not None
+        kills = facts.engine_kills()
+        watch = self._pressure_watch(facts, exposure)
+        limit_text = self._limit_text(facts, watch)
+        killed = (f"{len(kills)} kill{'s' if len(kills) != 1 else ''} of it in the journal, last "
+                  f"{kills[-1].time}" if kills else "no kill in the journal read")
+        summary = (
+            f"one failure chain ({CHAIN}): MAP_HUGETLB fails (pool {count(pool.total)}, free "
+            f"{count(pool.free)}, needed {count(need.pages)}), the THP fallback needs "
+            f"{format_bytes(need.arena)} more while the pool keeps {format_bytes(pool.total * pool.size)}, "
+            f"memory pressure trips systemd-oomd ({limit_text}), it kills {facts.engine_unit} "
+            f"({killed}) and systemd restarts it{self._restarts(facts)}"
+        )
+        projection = self._projection(ctx)
+        steps = [
+            f"1. Hugepage trap (hugepages/trap): {need.arithmetic}, but only {count(pool.free)} of "
+            f"the pool's {count(pool.total)} pages are free, so MAP_HUGETLB fails.",
+            f"2. THP fallback: hugepages: {a.mode} maps the arena in ordinary memory instead, "
+            f"{format_bytes(need.arena)}, while the pool keeps "
+            f"{format_bytes(pool.total * pool.size)} that no other allocation can use."
+            + (f" {projection.arithmetic}." if projection else ""),
+            "3. Memory pressure: the load reclaims and compacts memory; "
+            + (facts.pressure_reason or "/proc/pressure/memory now: " + self._pressure_text(facts)) + ".",
+            f"4. oomd kill: {self._mechanism(facts, exposure, ctx)}"
+            + (f" Kills in the journal: {'; '.join(f'{k.time} {k.cgroup}' for k in kills[-3:])}."
+               if kills else ""),
+            f"5. Restart loop: systemd restarts {facts.engine_unit} into the same trap"
+            f"{self._restarts(facts)}.",
+            "Break the first link: vm.nr_hugepages = 0 (the fix of hugepages/trap) ends the chain; "
+            "ManagedOOMPreference=avoid (this finding's fix) keeps oomd off the engine under later "
+            "pressure. Never turn systemd-oomd off for the whole host.",
+        ]
+        return self.finding("trap-chain", Severity.ERROR, summary, detail=" ".join(steps),
+                            evidence=evidence, fix=self._fix(facts, "oomd/trap-chain"))
+
+    # -- text helpers --------------------------------------------------------------------------
+    def _who(self, facts: OomdFacts) -> str:
+        if facts.engine_unit_loaded:
+            return f"{facts.engine_unit} ({facts.engine_cgroup})"
+        return f"the engine (pid {facts.engine_pid}, {facts.engine_cgroup})"
+
+    def _watch_list(self, facts: OomdFacts, exposure: Exposure) -> str:
+        return ", ".join(
+            f"{w.path} for {'swap' if w.kind == 'swap' else 'memory pressure'}"
+            + (f" > {self._limit_text(facts, w, where=False)}" if w.kind != "swap" else "")
+            for w in exposure.effective_watch
+        )
+
+    def _limit_text(self, facts: OomdFacts, watch: Optional[Watched], where: bool = True) -> str:
+        if watch is None or watch.kind == "swap":
+            return f"swap over {facts.settings.swap_used_limit:g}%"
+        limit, duration = facts.limit_of(watch)
+        return f"{limit:g}% for {duration:g}s" + (f" on {watch.path}" if where else "")
+
+    def _pressure_watch(self, facts: OomdFacts, exposure: Exposure) -> Optional[Watched]:
+        watches = exposure.effective_watch
+        return next((w for w in watches if w.kind == "memory-pressure"), watches[0] if watches else None)
+
+    def _mechanism(self, facts: OomdFacts, exposure: Exposure, ctx: HostContext) -> str:
+        parts = []
+        for w in exposure.effective_watch:
+            if w.kind == "memory-pressure":
+                limit, duration = facts.limit_of(w)
+                parts.append(
+                    f"systemd-oomd watches {w.path} ({w.source}): when its memory pressure stays "
+                    f"above {limit:g}% for {duration:g}s with reclaim going on, it kills the cgroup "
+                    f"under it with the most reclaim activity, which is the engine "
+                    f"({facts.engine_cgroup}) while it loads its arena."
+                )
+            else:
+                used = facts.swap_used
+                swap = f" (swap {format_bytes(used)} of {format_bytes(facts.swap_total or 0)} used)" \
+                    if used is not None else ""
+                parts.append(
+                    f"systemd-oomd watches {w.path} for swap ({w.source}): when memory and swap are "
+                    f"both over {facts.settings.swap_used_limit:g}% used{swap}, it kills the cgroup "
+                    "under it using the most swap."
+                )
+        if facts.user_uid is not None:
+            parts.append(
+                f"The engine runs under user@{facts.user_uid}.service, a desktop session: a "
+                "ManagedOOMPreference there is not honoured (only root-owned cgroups), so it "
+                "cannot be protected in place."
+            )
+        return " ".join(parts)
+
+    def _pressure_text(self, facts: OomdFacts) -> str:
+        if facts.pressure_reason:
+            return facts.pressure_reason
+        some, full = facts.pressure_of("some"), facts.pressure_of("full")
+        rows = [f"{p.kind} avg10={p.avg10:g}% avg60={p.avg60:g}%" for p in (some, full) if p]
+        return ", ".join(rows) if rows else "pressure not read"
+
+    def _restarts(self, facts: OomdFacts) -> str:
+        bits = []
+        if facts.n_restarts:
+            bits.append(f"NRestarts={facts.n_restarts}")
+        if facts.result and facts.result != "success":
+            bits.append(f"Result={facts.result}")
+        if "auto-restart" in facts.active_state:
+            bits.append(facts.active_state)
+        return f" ({', '.join(bits)})" if bits else ""
+
+    def _looping(self, facts: OomdFacts) -> bool:
+        return bool(facts.n_restarts) or facts.result == "oom-kill" or "auto-restart" in facts.active_state \
+            or facts.active_state.startswith(("failed", "activating"))
+
+    def _advice(self, facts: OomdFacts) -> str:
+        if facts.user_uid is not None:
+            return ("Move the engine into a system service and give that ManagedOOMPreference=avoid; "
+                    "do not turn systemd-oomd off host-wide.")
+        return (f"ManagedOOMPreference=avoid on {facts.engine_unit} makes oomd pick other cgroups "
+                "first (honoured for root-owned cgroups, which system services are); keep oomd on "
+                "for the rest of the host.")
+
+    def _fix(self, facts: OomdFacts, finding: str = "oomd/exposed") -> Optional[Fix]:
+        if facts.container:
+            return None
+        if facts.user_uid is not None:
+            return move_to_system_service_fix(facts.engine_unit, facts.user_uid)
+        if not facts.engine_unit_loaded:
+            return None
+        return oomd_dropin_fix(facts.engine_unit, finding)
+
+    def _projection(self, ctx: HostContext) -> Optional[MemoryProjection]:
+        if ctx.config.arena_bytes is None:
+            return None
+        proc = ctx.engine_process
+        return project_memory(ctx.hugepages, ctx.config, assessment(ctx), proc.resident_bytes if proc else 0)
+
+    def _evidence(self, ctx: HostContext, facts: OomdFacts, exposure: Exposure) -> List[Evidence]:
+        ev = [Evidence(facts.cgroup_source or "cgroup", facts.engine_cgroup or "")]
+        for w in exposure.watched:
+            ev.append(Evidence(w.source or "oomd", f"{w.path}: {w.kind}"
+                               + (f" limit {w.limit:g}%" if w.limit else "")))
+        engine = facts.engine_settings
+        if engine is not None and engine.shown:
+            ev.append(Evidence(f"$ systemctl show {engine.unit}",
+                               f"ManagedOOMPreference={engine.preference or 'none'} "
+                               f"NRestarts={facts.n_restarts} Result={facts.result}"))
+        st = facts.settings
+        ev.append(Evidence(", ".join(st.files) or "oomd.conf (defaults)",
+                           f"SwapUsedLimit={st.swap_used_limit:g}% "
+                           f"DefaultMemoryPressureLimit={st.pressure_limit:g}% "
+                           f"DefaultMemoryPressureDurationSec={st.pressure_duration:g}s"))
+        if facts.swap_total is not None:
+            ev.append(Evidence("/proc/meminfo", f"SwapTotal={format_bytes(facts.swap_total)} "
+                               f"SwapFree={format_bytes(facts.swap_free or 0)}"))
+        if facts.pressure:
+            ev.append(Evidence("/proc/pressure/memory", self._pressure_text(facts)))
+        kills = facts.engine_kills()
+        if kills:
+            ev.append(Evidence("$ journalctl -u systemd-oomd", f"{len(kills)} kills of the engine, last "
+                               f"{kills[-1].time}: {kills[-1].reason}"))
+        elif facts.journal_reason:
+            ev.append(Evidence("$ journalctl -u systemd-oomd", facts.journal_reason))
+        return ev

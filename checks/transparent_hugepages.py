@@ -1,0 +1,135 @@
+"""transparent-hugepages: will the arena get huge pages when it relies on THP?"""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional, Tuple
+
+from strata_doctor.checks.hugepages import assessment
+from strata_doctor.context import HostContext
+from strata_doctor.memory import THP_DIR, PoolAssessment, ThpFacts
+from strata_doctor.model import Evidence, Finding, Fix, ManualStep, RuntimeAction, Severity
+from strata_doctor.parse import format_bytes
+from strata_doctor.registry import Check
+
+STALLING_DEFRAG = ("always",)
+
+
+class TransparentHugepages(Check):
+    """Checks that transparent hugepages are on when the engine's arena relies on them.
+
+    With ``hugepages: thp``, or ``auto`` without a hugepage pool that fits, the arena is
+    backed by transparent hugepages. On the seed box that is what the engine ran on once
+    ``vm.nr_hugepages = 0`` removed the trap: 46.84 GiB in 2 MiB pages instead of 12.3
+    million 4 KiB pages and their TLB misses. ``enabled`` = ``never`` then is a warning.
+    ``always`` gives every large anonymous mapping huge pages; ``madvise`` only those that
+    ask with madvise(MADV_HUGEPAGE), as the engine's arena does, and spares the rest of
+    the host the memory bloat and khugepaged work. ``defrag`` = ``always`` makes every
+    THP fault compact memory synchronously when no free 2 MiB block is left: loading the
+    arena then stalls, and stalls are memory pressure, which is what systemd-oomd acts on.
+
+    Reads ``/sys/kernel/mm/transparent_hugepage/enabled``, ``defrag``, ``shmem_enabled``
+    and ``khugepaged/defrag``, ``AnonHugePages`` in ``/proc/meminfo``, and
+    ``transparent_hugepage=`` on the next boot's kernel command line (GRUB or
+    ``/etc/kernel/cmdline``) for a change that is configured but not in effect.
+    """
+
+    id = "transparent-hugepages"
+    title = "Transparent hugepages"
+
+    def applies(self, ctx: HostContext) -> Optional[str]:
+        if not ctx.thp.available:
+            why = ctx.root.reads.get(f"{THP_DIR}/enabled") or "missing"
+            return (f"cannot read {THP_DIR}/enabled ({why}): a kernel without THP, or a container "
+                    "that hides it")
+        return None
+
+    def run(self, ctx: HostContext) -> Iterator[Finding]:
+        thp = ctx.thp
+        a = assessment(ctx)
+        evidence = tuple(Evidence(path, text) for path, text in thp.raw)
+        if thp.anon_huge_bytes is not None:
+            evidence += (Evidence("/proc/meminfo", f"AnonHugePages={format_bytes(thp.anon_huge_bytes)}"),)
+        yield self._enabled(ctx, thp, a, evidence)
+        defrag = self._defrag(thp, a)
+        if defrag is not None:
+            yield defrag
+
+    def _enabled(
+        self, ctx: HostContext, thp: ThpFacts, a: PoolAssessment, evidence: Tuple[Evidence, ...],
+    ) -> Finding:
+        why = self._why_thp(a)
+        if thp.enabled == "never":
+            if not a.relies_on_thp:
+                return self.finding("off", Severity.OK,
+                                    "THP is off (enabled=never); the engine maps its arena with "
+                                    "MAP_HUGETLB and does not need it", evidence=evidence)
+            pending = next(((f, v) for f, v in thp.configured if v in ("always", "madvise")), None)
+            if pending:
+                return self.finding(
+                    "configured", Severity.INFO,
+                    f"configured: transparent_hugepage={pending[1]} in {pending[0]}; takes effect "
+                    "after a reboot (THP is off until then)", evidence=evidence)
+            arena = ctx.config.arena_bytes
+            pages = f" ({arena // 4096:,} 4 KiB pages instead of {arena // 2**21:,} 2 MiB ones)" \
+                if arena else ""
+            return self.finding(
+                "never", Severity.WARNING,
+                f"THP is off (enabled=never) but {why}: the arena will sit in 4 KiB pages{pages}",
+                detail="Every expert read then walks page tables through far more TLB misses. "
+                "Set enabled to madvise (the arena asks for huge pages; the rest of the host is "
+                "unaffected) or always.",
+                evidence=evidence,
+                fix=None if ctx.hugepages.container or ctx.hugepages.sys_readonly else Fix(
+                    summary="set transparent_hugepage/enabled to madvise now and at boot",
+                    actions=(RuntimeAction("write-sysfs", f"{THP_DIR}/enabled", "madvise"),),
+                    manual=(ManualStep("Add `transparent_hugepage=madvise` to the kernel command line "
+                                       "so that it survives a reboot."),),
+                    takes_effect="now",
+                ),
+            )
+        if not a.relies_on_thp:
+            return self.finding(
+                "not-needed", Severity.OK,
+                f"THP enabled={thp.enabled}; the arena does not need it ({why})", evidence=evidence)
+        if thp.enabled == "always":
+            return self.finding(
+                "always", Severity.OK,
+                f"THP enabled=always: the arena gets huge pages ({why})",
+                detail="always gives every large anonymous mapping of every process huge pages, "
+                "which can bloat memory and keep khugepaged busy; madvise gives them only to "
+                "regions that ask, as the engine's arena does, and is enough for the engine.",
+                evidence=evidence,
+            )
+        return self.finding(
+            "madvise" if thp.enabled == "madvise" else "enabled", Severity.OK,
+            f"THP enabled={thp.enabled}: the arena gets huge pages when it asks with "
+            f"madvise(MADV_HUGEPAGE) ({why})",
+            evidence=evidence,
+        )
+
+    def _defrag(self, thp: ThpFacts, a: PoolAssessment) -> Optional[Finding]:
+        if thp.enabled == "never" or thp.defrag not in STALLING_DEFRAG:
+            return None
+        return self.finding(
+            "defrag-stalls", Severity.INFO,
+            f"THP defrag={thp.defrag}: a THP fault with no free 2 MiB block compacts memory "
+            "synchronously, so loading the arena can stall",
+            detail="Those stalls count as memory pressure (/proc/pressure/memory), which is what "
+            "systemd-oomd acts on. defer+madvise stalls only regions that asked for huge pages; "
+            "defer never stalls and lets kcompactd work in the background."
+            + (" The engine relies on THP here, so its load pays this." if a.relies_on_thp else ""),
+            evidence=(Evidence(f"{THP_DIR}/defrag", thp.defrag or ""),),
+        )
+
+    def _why_thp(self, a: PoolAssessment) -> str:
+        if a.mode == "thp":
+            return "the engine runs with hugepages: thp"
+        if a.mode == "hugetlb":
+            return "the engine maps its arena with MAP_HUGETLB"
+        if a.trap:
+            return "MAP_HUGETLB will fail (hugepages/trap), so the engine falls back to THP"
+        if not a.uses_pool:
+            return "there is no hugepage pool, so the engine (hugepages: auto) uses THP"
+        if a.need is None:
+            return "the engine (hugepages: auto) falls back to THP if the pool is short"
+        return "the pool fits, so the engine (hugepages: auto) uses MAP_HUGETLB and THP only for the rest"
