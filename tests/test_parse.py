@@ -445,11 +445,19 @@ TOLERANT = [
 kernelish = st.text(
     alphabet=st.sampled_from(list("0123456789abcdefABCDEF,-:=[] \t\n\x00xNkBode²١")), max_size=200
 )
+# Pieces of real kernel lines glued in random order, so that odd digits ('²', '١') and
+# huge numbers land exactly where a parser converts a word to int.
+TOKENS = ["Node 0", "1", "MemTotal:", "kB", "N", "N1=", "kernelpagesize_kB=", "anon", "0-3",
+          "ffffffff", "²", "١", "-1", "9" * 5000, "\x00", "[madvise]"]
+SEPARATORS = ["", " ", "\t", ":", "=", ",", "-", "\n"]
+kernel_lines = st.lists(
+    st.tuples(st.sampled_from(TOKENS), st.sampled_from(SEPARATORS)), max_size=40
+).map(lambda parts: "".join(token + sep for token, sep in parts))
 
 
 @pytest.mark.parametrize("parser", TOLERANT, ids=lambda f: f.__name__)
-@settings(generated, max_examples=150)
-@given(text=st.one_of(st.text(max_size=200), kernelish))
+@settings(generated, max_examples=200)
+@given(text=st.one_of(st.text(max_size=200), kernelish, kernel_lines))
 def test_parsers_never_raise(parser: object, text: str) -> None:
     parser(text)  # type: ignore[operator]
 
@@ -460,3 +468,26 @@ def test_parsers_survive_huge_numbers(parser: object) -> None:
     long = "7" * 5000
     for text in (long, f"0-{long}", f"MemTotal: {long} kB", f"N0={long}", f"N{long}=1"):
         parser(text)  # type: ignore[operator]
+
+
+numberish = st.one_of(
+    st.integers(-5, 2**70).map(str),
+    st.sampled_from(["²", "١٢", "9" * 5000, "", "0x1f", "1e3", "\x00", "+1", "1_0"]),
+)
+FIELD_TEMPLATES = {
+    parse_cpulist: "{0}-{1}:{2},{3}",
+    parse_distance: "{0} {1} {2} {3}",
+    parse_meminfo: "Node {0} MemTotal: {1} kB\nMemFree: {2}\nHugePages_Total: {3}",
+    parse_numa_maps: "7f00 default N{0}={1} N{2}=1 kernelpagesize_kB={3}",
+    parse_int: "{0}",
+}
+
+
+@pytest.mark.parametrize(
+    ("parser", "template"), list(FIELD_TEMPLATES.items()), ids=[f.__name__ for f in FIELD_TEMPLATES]
+)
+@generated
+@given(fields=st.lists(numberish, min_size=4, max_size=4))
+def test_odd_numbers_in_number_fields_never_raise(parser: object, template: str, fields: List[str]) -> None:
+    """Odd digits ('²', '١'), signs and 5000-digit numbers right where a parser calls int()."""
+    parser(template.format(*fields))  # type: ignore[operator]
