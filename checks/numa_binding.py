@@ -7,7 +7,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 from strata_doctor.binding import BindingPlan, BindingState, assess, plan_for
 from strata_doctor.context import HostContext
 from strata_doctor.engine import unit_command
-from strata_doctor.fixes import binding_fix, numactl_line
+from strata_doctor.fixes import binding_fix_for, numactl_line
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.parse import format_cpulist
 from strata_doctor.registry import Check
@@ -117,7 +117,7 @@ class NumaBinding(Check):
         if state.effective is None:
             detail += f" The engine is not running and {ctx.config.unit} is not loaded, so this " \
                 "rests on the unit files alone."
-        fix = binding_fix(ctx.config.unit, plan.mem_nodes, plan.cpu_nodes, plan.cpus, plan.policy)
+        fix = binding_fix_for(ctx, plan)
         return self.finding(
             "wrong-node" if state.wrong else "unbound", Severity.ERROR, summary,
             detail=detail, evidence=evidence, fix=fix,

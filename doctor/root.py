@@ -15,6 +15,7 @@ A command whose ``.txt`` is absent under a captured root was not found on that h
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from dataclasses import dataclass
@@ -23,7 +24,20 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 CAPTURE_DIR = ".strata-doctor"
 COMMANDS_DIR = f"{CAPTURE_DIR}/commands"
+STAT_FILE = f"{CAPTURE_DIR}/stat.json"
 DEFAULT_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """What ``stat`` says of a file that is not read (hugetlbfs files can be many GiB)."""
+
+    size: int
+    """Size in bytes."""
+    uid: int
+    """Owner's user id."""
+    mode: int
+    """``st_mode``, type bits included."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,11 @@ class Root:
         self._lock = threading.Lock()
         self.reads: Dict[str, Optional[str]] = {}
         """Host path -> None when read, or the reason it could not be read."""
+        self.stats: Dict[str, Optional[FileStat]] = {}
+        """Host path -> its size, owner and mode, for files only stat'ed, never read."""
+        self._stat_capture: Optional[Dict[str, FileStat]] = None
+        self.probes: Dict[str, bool] = {}
+        """Host path -> whether it existed, for paths only tested, never read."""
 
     # -- files ---------------------------------------------------------------
     def path(self, host_path: str) -> Path:
@@ -127,11 +146,19 @@ class Root:
 
     def exists(self, host_path: str) -> bool:
         """Whether a host path exists (a dangling link counts as existing)."""
-        return os.path.lexists(self.path(host_path))
+        found = os.path.lexists(self.path(host_path))
+        self.probes.setdefault(host_path, found)
+        return found
 
     def is_dir(self, host_path: str) -> bool:
         """Whether a host path is a directory."""
-        return self.path(host_path).is_dir()
+        found = self.path(host_path).is_dir()
+        self.probes.setdefault(host_path, found)
+        return found
+
+    def content(self, host_path: str) -> Optional[bytes]:
+        """What an earlier read of ``host_path`` returned (None if never read or unreadable)."""
+        return self._cache.get(host_path)
 
     def listdir(self, host_path: str) -> List[str]:
         """Sorted entries of a host directory; empty when missing or unreadable."""
@@ -147,7 +174,9 @@ class Root:
         """The target of a symlink as written (never resolved against the live host)."""
         try:
             target = os.readlink(self.path(host_path))
-        except OSError:
+        except OSError as exc:
+            reason = "not a link" if exc.errno == errno.EINVAL else exc.strerror or "unreadable"
+            self.reads.setdefault(host_path, reason)
             return None
         self.reads.setdefault(host_path, None)
         return target
@@ -159,10 +188,43 @@ class Root:
 
     def file_size(self, host_path: str) -> Optional[int]:
         """Size of a regular file in bytes, without reading it; None when missing."""
-        try:
-            return self.path(host_path).stat().st_size
-        except OSError:
-            return None
+        found = self.stat(host_path)
+        return found.size if found else None
+
+    def stat(self, host_path: str) -> Optional[FileStat]:
+        """Size, owner and mode of a file without reading it; None when missing.
+
+        A capture cannot hold a 16 GiB hugetlbfs file, so under a captured root the sizes
+        recorded in ``.strata-doctor/stat.json`` win over the stand-in file's own.
+        """
+        if host_path in self.stats:
+            return self.stats[host_path]
+        found = self._captured_stats().get(host_path) if not self.live else None
+        if found is None:
+            try:
+                st = os.lstat(self.path(host_path))
+                found = FileStat(st.st_size, st.st_uid, st.st_mode)
+            except OSError:
+                found = None
+        self.stats[host_path] = found
+        return found
+
+    def _captured_stats(self) -> Dict[str, FileStat]:
+        if self._stat_capture is None:
+            import json
+
+            self._stat_capture = {}
+            text = _read_optional(self.path(f"/{STAT_FILE}"))
+            try:
+                rows = json.loads(text) if text else {}
+            except ValueError:
+                rows = {}
+            for path, row in (rows.items() if isinstance(rows, dict) else ()):
+                try:
+                    self._stat_capture[path] = FileStat(int(row["size"]), int(row["uid"]), int(row["mode"]))
+                except (KeyError, TypeError, ValueError):
+                    continue
+        return self._stat_capture
 
     # -- commands ------------------------------------------------------------
     def run(self, command: Command) -> CommandResult:

@@ -1,0 +1,63 @@
+"""Root: the one way to read a host, and what it records for bundles."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from strata_doctor.root import Command, Root
+from tests.conftest import write_tree
+
+
+def test_absolute_host_paths_stay_under_the_root(tmp_path: Path) -> None:
+    write_tree(tmp_path, {"/proc/meminfo": "MemTotal: 1 kB\n"})
+    root = Root(tmp_path)
+    assert root.read("/proc/meminfo") == "MemTotal: 1 kB\n"
+    assert root.path("/proc/meminfo") == tmp_path / "proc" / "meminfo"
+
+
+def test_missing_empty_and_nul_files_are_facts(tmp_path: Path) -> None:
+    write_tree(tmp_path, {"/sys/a": "", "/sys/b": "0-3\x00\x00\n"})
+    root = Root(tmp_path)
+    assert root.read("/sys/missing") is None
+    assert root.reads["/sys/missing"] == "missing"
+    assert root.read_value("/sys/a") is None
+    assert root.read_value("/sys/b") == "0-3"
+
+
+def test_reads_probes_and_links_are_recorded(tmp_path: Path) -> None:
+    write_tree(tmp_path, {"/sys/x": "1\n", "/sys/l": "->x"})
+    root = Root(tmp_path)
+    root.read("/sys/x")
+    assert root.content("/sys/x") == b"1\n"
+    assert root.exists("/.dockerenv") is False
+    assert root.probes["/.dockerenv"] is False
+    assert root.readlink("/sys/l") == "x"
+    assert root.readlink("/sys/x") is None and root.reads["/sys/x"] is None  # read earlier
+    assert root.readlink("/sys/nothing") is None
+    assert root.reads["/sys/nothing"]
+
+
+def test_captured_stat_sizes_win_over_stand_ins(tmp_path: Path) -> None:
+    capture = {"/dev/hugepages/arena": {"size": 16 * 2**30, "uid": 1000, "mode": 0o100600}}
+    write_tree(tmp_path, {
+        "/dev/hugepages/arena": "",
+        "/.strata-doctor/stat.json": json.dumps(capture),
+    })
+    root = Root(tmp_path)
+    found = root.stat("/dev/hugepages/arena")
+    assert found is not None and (found.size, found.uid) == (16 * 2**30, 1000)
+    assert root.file_size("/dev/hugepages/arena") == 16 * 2**30
+    assert root.stat("/dev/hugepages/none") is None
+
+
+def test_commands_replay_from_the_capture_never_the_live_host(tmp_path: Path) -> None:
+    write_tree(tmp_path, {
+        "/.strata-doctor/commands/systemctl-show-strata.service.txt": "LoadState=loaded\n",
+        "/.strata-doctor/commands/systemctl-show-strata.service.rc": "3\n",
+    })
+    root = Root(tmp_path)
+    shown = root.run(Command("systemctl-show-strata.service", ("systemctl", "show", "strata.service")))
+    assert (shown.stdout, shown.status, shown.missing) == ("LoadState=loaded\n", 3, False)
+    absent = root.run(Command("nvidia-smi", ("nvidia-smi",)))
+    assert absent.missing and absent.status is None
