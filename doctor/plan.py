@@ -189,7 +189,7 @@ def build_plan(ctx: HostContext, results: Sequence[CheckResult], options: PlanOp
                     notes.append(f"{name}: left alone (--only/--skip)")
                 continue
             if finding.fix is not None:
-                picked.append((finding, _host_aware(ctx, finding, finding.fix)))
+                picked.append((finding, finding.fix))
             elif finding.severity >= Severity.WARNING:
                 notes.append(f"{name}: no automatic fix; see `strata-doctor check -v`")
     picked.extend(_opt_in_fixes(ctx, results, options, problems))
@@ -215,18 +215,6 @@ def _selected(finding: Finding, options: PlanOptions) -> bool:
     if options.only and not names & set(options.only):
         return False
     return not names & set(options.skip)
-
-
-def _host_aware(ctx: HostContext, finding: Finding, fix: Fix) -> Fix:
-    # numa-binding builds its fix without the host's systemd facts; rebuild it with them
-    # (version, cgroup mode, online CPUs, ExecStart) so the plan matches this host.
-    if finding.check != "numa-binding":
-        return fix
-    from strata_doctor.binding import plan_for
-    from strata_doctor.fixes import binding_fix_for
-
-    binding = plan_for(ctx)
-    return binding_fix_for(ctx, binding) if binding is not None else fix
 
 
 def _opt_in_fixes(
