@@ -97,3 +97,26 @@ def test_nfd_output_file(two_node_host: Path, tmp_path: Path) -> None:
                       "--ignore", "numa-binding"])
     assert result.exit_code == 0
     assert "strata-doctor.ready=true" in out.read_text().splitlines()
+
+
+def test_textfile_units_render(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    from strata_doctor.plan import render_template
+
+    service = render_template("strata-doctor-textfile.service.j2",
+                              {"doctor": "/usr/bin/true", "check_args": " --arena 46.84GiB"})
+    timer = render_template("strata-doctor-textfile.timer.j2", {})
+    assert service.startswith("# Managed by strata-doctor") and timer.startswith("# Managed by strata-doctor")
+    assert "ExecStart=/usr/bin/true check --format prometheus --output " in service
+    assert "SuccessExitStatus=1" in service and "OnUnitActiveSec=5min" in timer
+    assert not re.search(r"\d{4}-\d{2}-\d{2}", service + timer)  # no timestamps
+    analyze = shutil.which("systemd-analyze")
+    if analyze:
+        (tmp_path / "strata-doctor-textfile.service").write_text(service)
+        (tmp_path / "strata-doctor-textfile.timer").write_text(timer)
+        result = subprocess.run([analyze, "verify", str(tmp_path / "strata-doctor-textfile.timer"),
+                                 str(tmp_path / "strata-doctor-textfile.service")],
+                                capture_output=True, text=True, check=False)
+        assert "strata-doctor-textfile" not in result.stderr or result.returncode == 0, result.stderr
