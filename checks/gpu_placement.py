@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Optional
 
 from strata_doctor.context import HostContext
 from strata_doctor.model import Evidence, Finding, Severity
@@ -56,14 +56,16 @@ class GpuPlacementCheck(Check):
             yield self.finding(
                 "unknown-node", Severity.WARNING if len(ctx.numa.cpu_nodes) > 1 else Severity.INFO,
                 f"compute GPU {name}: its NUMA node is unknown",
-                detail=detail + " numa_node is -1 and local_cpulist matches no single node; set "
+                detail=detail + f" numa_node is {_raw(gpu.numa_node_raw)} and local_cpulist matches "
+                "no single node; set "
                 "`numa: <node>` in the config to bind anyway.",
                 evidence=evidence,
             )
         elif placement.node_source == "local_cpulist":
             yield self.finding(
                 "node-from-cpulist", Severity.INFO,
-                f"compute GPU {name} on node {placement.node} (numa_node is -1; placed by "
+                f"compute GPU {name} on node {placement.node} (numa_node is "
+                f"{_raw(gpu.numa_node_raw)}; placed by "
                 f"local_cpulist {format_cpulist(gpu.local_cpus)})",
                 detail=detail + " The firmware gave no locality (no _PXM), as is common in VMs; "
                 "local_cpulist still tells which CPUs are near the device.",
@@ -84,3 +86,8 @@ class GpuPlacementCheck(Check):
                 "proximity table is suspect. strata-doctor trusts numa_node.",
                 evidence=evidence,
             )
+
+
+def _raw(value: Optional[int]) -> str:
+    """How the kernel's numa_node read: a number, or absent."""
+    return "absent" if value is None else str(value)

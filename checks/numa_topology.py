@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 from strata_doctor.context import HostContext
 from strata_doctor.model import Evidence, Finding, Severity
@@ -42,8 +42,8 @@ class NumaTopology(Check):
             node = numa.nodes[0]
             yield self.finding(
                 "single-node", Severity.OK,
-                f"one NUMA node ({len(node.cpus)} CPUs, "
-                f"{format_bytes(node.memory_total or 0)}): nothing to bind",
+                f"one NUMA node ({len(node.cpus)} CPUs, {_memory(node.memory_total)}): "
+                "nothing to bind",
                 evidence=evidence,
             )
         else:
@@ -69,7 +69,7 @@ class NumaTopology(Check):
             yield Evidence(
                 f"{NODE_DIR}/node{node.id}",
                 f"{node.cpus_source}={format_cpulist(node.all_cpus) or '(none)'} "
-                f"MemTotal={format_bytes(node.memory_total or 0)} distance={row or '(none)'}",
+                f"MemTotal={_memory(node.memory_total)} distance={row or '(none)'}",
             )
 
     def _layout(self, ctx: HostContext, evidence: tuple[Evidence, ...]) -> Finding:
@@ -78,7 +78,7 @@ class NumaTopology(Check):
         local = min((d for n in cpu_nodes for o, d in n.distances if o == n.id), default=10)
         remote = max((d for n in cpu_nodes for o, d in n.distances if o != n.id and d), default=0)
         parts = [
-            f"node{n.id}: {format_cpulist(n.cpus) or 'no CPUs'}, {format_bytes(n.memory_total or 0)}"
+            f"node{n.id}: {format_cpulist(n.cpus) or 'no CPUs'}, {_memory(n.memory_total)}"
             for n in numa.nodes
         ]
         summary = f"{len(numa.nodes)} NUMA nodes"
@@ -109,9 +109,14 @@ class NumaTopology(Check):
                     f"node {node.id} has {format_bytes(node.memory_total or 0)} of memory and no "
                     "CPUs (CXL, HBM or GPU memory): never used for CPU binding",
                 )
-            elif node.cpus and not node.has_memory:
+            elif node.cpus and node.memoryless:
                 yield self.finding(
                     "memoryless-node", Severity.INFO,
                     f"node {node.id} has CPUs ({format_cpulist(node.cpus)}) but no memory: "
                     "its CPUs always read remote memory",
                 )
+
+
+def _memory(total: Optional[int]) -> str:
+    """A node's memory for display; a node without meminfo is unknown, not empty."""
+    return "memory unknown" if total is None else format_bytes(total)

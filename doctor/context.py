@@ -159,7 +159,7 @@ def choose_compute_gpu(
 
 def place_gpu(gpu: Gpu, numa: NumaFacts) -> Tuple[Optional[int], str, Optional[str]]:
     """The GPU's node: ``numa_node`` when >= 0, else the node matching ``local_cpulist``."""
-    by_cpus = numa.node_of_cpus(gpu.local_cpus) if len(numa.cpu_nodes) > 1 else None
+    by_cpus = numa.node_of_cpus(gpu.local_cpus)
     raw = gpu.numa_node_raw
     if raw is not None and raw >= 0 and numa.node(raw) is not None:
         contradiction = _contradiction(gpu, raw, numa)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from strata_doctor.parse import (
+    format_cpulist,
     parse_cpuinfo,
     parse_cpulist,
     parse_cpumap,
@@ -48,6 +49,11 @@ class NumaNode:
     def has_memory(self) -> bool:
         """Whether the node has any memory."""
         return bool(self.memory_total)
+
+    @property
+    def memoryless(self) -> bool:
+        """A node whose meminfo says it has no memory (unknown is not zero)."""
+        return self.memory_total == 0
 
     @property
     def memory_only(self) -> bool:
@@ -108,6 +114,12 @@ def read_numa(root: Root) -> NumaFacts:
     raw = [_read_node(root, node_id) for node_id in ids]
     if not online:
         online = frozenset().union(*(cpus for _, cpus, _, _, _ in raw)) - offline
+    if not online:
+        # Old or trimmed sysfs without cpu/online: the cpuN folders still list the CPUs.
+        online = frozenset(
+            int(name[3:]) for name in root.listdir(CPU_DIR)
+            if name.startswith("cpu") and name[3:].isdigit()
+        ) - offline
     nodes = []
     for node_id, cpus, source, meminfo, row in raw:
         distances = _pair_distances(node_id, ids, row, quirks)
@@ -123,6 +135,7 @@ def read_numa(root: Root) -> NumaFacts:
             )
         )
     quirks.extend(_symmetry_quirks(nodes))
+    quirks.extend(_overlap_quirks(nodes))
     return NumaFacts(tuple(nodes), online, offline, tuple(quirks))
 
 
@@ -155,6 +168,20 @@ def _pair_distances(
     if any(value == 0 for _, value in pairs):
         quirks.append(f"node{node_id}: distance row contains 0 (firmware gave no SLIT)")
     return pairs
+
+
+def _overlap_quirks(nodes: List[NumaNode]) -> List[str]:
+    """A CPU belongs to exactly one node; firmware that lists it twice is broken."""
+    owners: Dict[int, List[int]] = {}
+    for node in nodes:
+        for cpu in node.all_cpus:
+            owners.setdefault(cpu, []).append(node.id)
+    shared = sorted({tuple(ids) for ids in owners.values() if len(ids) > 1})
+    return [
+        f"nodes {','.join(map(str, ids))} all list the same CPUs "
+        f"({format_cpulist(frozenset(c for c, o in owners.items() if tuple(o) == ids))})"
+        for ids in shared
+    ]
 
 
 def _symmetry_quirks(nodes: List[NumaNode]) -> List[str]:

@@ -556,11 +556,6 @@ def test_ghw_p100_at_minus_one_is_placed_on_the_node_of_its_local_cpulist(corpus
     assert p100["compute"] and p100["numa_node"] == 0
 
 
-@pytest.mark.xfail(
-    reason="place_gpu answers 'single-node' on a one-node host before it consults "
-    "local_cpulist, so the finding does not say the -1 was resolved by local_cpulist",
-    strict=False,
-)
 def test_ghw_p100_placement_names_local_cpulist(corpus: Corpus) -> None:
     data = corpus.json("linux-amd64-accel-nvidia")
     p100 = next(g for g in data["facts"]["gpus"] if g["device"] == "15f8")

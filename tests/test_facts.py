@@ -336,3 +336,26 @@ def test_expert_isa_is_in_preference_order(tmp_path: Path, flags: str) -> None:
     cpu = read_cpu(build(tmp_path, {"/proc/cpuinfo": f"processor\t: 0\nflags\t: {flags}\n"}))
     assert cpu.expert_isa == tuple(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile")
                                    if f in flags.split())
+
+
+def test_cpus_listed_by_two_nodes_are_a_quirk(tmp_path: Path) -> None:
+    node = "/sys/devices/system/node"
+    root = write_tree(tmp_path, {
+        f"{node}/node0/cpulist": "0-3\n", f"{node}/node1/cpulist": "0-3\n",
+        f"{node}/node0/distance": "10 10\n", f"{node}/node1/distance": "10 10\n",
+    })
+    numa = read_numa(Root(root))
+    assert numa.quirks == ("nodes 0,1 all list the same CPUs (0-3)",)
+
+
+def test_online_cpus_fall_back_to_cpu_folders(tmp_path: Path) -> None:
+    root = write_tree(tmp_path, {
+        "/sys/devices/system/cpu/cpu0/uevent": "", "/sys/devices/system/cpu/cpu1/uevent": "",
+    })
+    assert read_numa(Root(root)).online_cpus == frozenset({0, 1})
+
+
+def test_missing_meminfo_is_unknown_not_memoryless(tmp_path: Path) -> None:
+    root = write_tree(tmp_path, {"/sys/devices/system/node/node0/cpulist": "0-1\n"})
+    node = read_numa(Root(root)).nodes[0]
+    assert node.memory_total is None and not node.memoryless and not node.memory_only
