@@ -46,9 +46,6 @@ in /run or /usr/lib."""
 SYSCTL_CONF = "/etc/sysctl.conf"
 CMDLINE_FILES = ("/etc/default/grub", "/etc/kernel/cmdline")
 """Where the next boot's kernel command line is configured (GRUB, systemd-boot/UKI)."""
-SIZES_CAPTURE = "/.strata-doctor/hugetlbfs-sizes.txt"
-"""Captured trees may record hugetlbfs file sizes and owners here (git cannot hold a
-46 GiB file): one ``<size-bytes> <uid> <host path>`` line per file."""
 MAX_HUGETLBFS_FILES = 500
 DEFAULT_PAGE = 2 * 1024**2
 CHAIN = "hugepage trap → THP fallback → memory pressure → oomd kill → restart loop"
@@ -205,16 +202,6 @@ def parse_passwd(text: str) -> Dict[int, str]:
     return users
 
 
-def parse_size_capture(text: str) -> Dict[str, Tuple[int, Optional[int]]]:
-    """``<size> <uid> <path>`` lines -> {path: (size, uid)}; uid may be ``-``."""
-    result: Dict[str, Tuple[int, Optional[int]]] = {}
-    for line in text.splitlines():
-        words = line.strip().split(None, 2)
-        if len(words) == 3 and words[0].isdigit() and not line.lstrip().startswith("#"):
-            result[words[2]] = (int(words[0]), int(words[1]) if words[1].isdigit() else None)
-    return result
-
-
 # -- facts --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PagePool:
@@ -270,7 +257,7 @@ class HugetlbfsFile:
     path: str
     """Host path."""
     size: Optional[int]
-    """Length in bytes (``st_size``, or the capture's record)."""
+    """Length in bytes (``st_size``; a capture's ``.strata-doctor/stat.json`` record)."""
     uid: Optional[int]
     """Owner's uid."""
     owner: Optional[str]
@@ -571,7 +558,6 @@ def _read_hugetlbfs(
     entries = [(mp, opts) for _, mp, fstype, opts in mounts if fstype == "hugetlbfs"]
     if not entries:
         return ()
-    captured = parse_size_capture(root.read(SIZES_CAPTURE) or "")
     users = parse_passwd(root.read("/etc/passwd") or "")
     listed: List[Tuple[str, str, Optional[int], List[str], Optional[str]]] = []
     for mount_point, options in entries:
@@ -589,11 +575,10 @@ def _read_hugetlbfs(
     for mount_point, options, page, files, why in listed:
         rows = []
         for path in files:
-            size, uid = captured.get(path, (None, None))
-            if size is None or uid is None:
-                stat_size, stat_uid = _stat(root, path)
-                size = size if size is not None else stat_size
-                uid = uid if uid is not None else stat_uid
+            # Root.stat: a capture records the real size in .strata-doctor/stat.json, since a
+            # 46 GiB hugetlbfs file cannot be copied.
+            found = root.stat(path)
+            size, uid = (found.size, found.uid) if found else (None, None)
             rows.append(HugetlbfsFile(path, size, uid, users.get(uid) if uid is not None else None,
                                       tuple(sorted(mapped.get(path, ())))))
         result.append(HugetlbfsMount(mount_point, options, page, tuple(rows), why))
@@ -626,15 +611,6 @@ def _walk(root: Root, top: str) -> Tuple[List[str], Optional[str]]:
 
 def _raise(exc: OSError) -> None:
     raise exc
-
-
-def _stat(root: Root, host_path: str) -> Tuple[Optional[int], Optional[int]]:
-    try:
-        st = root.path(host_path).lstat()
-    except OSError:
-        return None, None
-    root.reads.setdefault(host_path, None)
-    return st.st_size, st.st_uid
 
 
 def _mappers(

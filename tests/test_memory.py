@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tarfile
 from pathlib import Path
 from typing import Dict
@@ -22,7 +23,6 @@ from strata_doctor.memory import (
     parse_grub_cmdline,
     parse_hugepage_cmdline,
     parse_maps_paths,
-    parse_size_capture,
     parse_size_dir,
     parse_sysctl_conf,
     read_hugepages,
@@ -180,9 +180,6 @@ def test_maps_paths_skip_deleted_and_anonymous() -> None:
         "7f0600000000-7f0600001000 r--p 00000000 08:01 99         /opt/with\\040space\n"
     )
     assert parse_maps_paths(text) == {"/dev/hugepages/arena", "/opt/with space"}
-    assert parse_size_capture("# size uid path\n17240686592 1000 /dev/hugepages/a b\n") == {
-        "/dev/hugepages/a b": (17240686592, 1000)
-    }
 
 
 # -- oomd parsers ---------------------------------------------------------------------------------
@@ -365,7 +362,9 @@ def test_hugetlbfs_orphans_and_holders(tmp_path: Path) -> None:
         "/dev/hugepages/live": "",
         "/dev/hugepages/sub/stale": "",
         "/mnt/huge 1G/empty-dir-marker": "",
-        "/.strata-doctor/hugetlbfs-sizes.txt": f"{4 * MIB} 1000 /dev/hugepages/sub/stale\n",
+        "/.strata-doctor/stat.json": json.dumps(
+            {"/dev/hugepages/sub/stale": {"size": 4 * MIB, "uid": 1000, "mode": 0o100600}}
+        ),
         "/etc/passwd": "root:x:0:0::/root:/bin/sh\nalice:x:1000:1000::/home/alice:/bin/sh\n",
         "/proc/42/status": "Name:\tengine\nPPid:\t1\nUid:\t0\t0\t0\t0\nHugetlbPages:\t  20480 kB\n",
         "/proc/42/maps": "7f00-7f01 rw-s 00000000 00:2f 1 /dev/hugepages/live\n",

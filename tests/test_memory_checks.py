@@ -157,9 +157,8 @@ def seed_box(
         files["/etc/sysctl.d/50-hugepages.conf"] = f"# for the engine\nvm.nr_hugepages = {total}\n"
     if orphan_pages:
         files["/dev/hugepages/strata-arena.old"] = ""
-        files["/.strata-doctor/hugetlbfs-sizes.txt"] = (
-            f"{orphan_pages * 2 * MIB} 1000 /dev/hugepages/strata-arena.old\n"
-        )
+        stat = {"size": orphan_pages * 2 * MIB, "uid": 1000, "mode": 0o100600}
+        files["/.strata-doctor/stat.json"] = json.dumps({"/dev/hugepages/strata-arena.old": stat})
     if looping:
         files[f"{C}/systemctl-show-strata.service.txt"] = _unit(
             ActiveState="activating", SubState="auto-restart", Result="oom-kill", NRestarts="17"
