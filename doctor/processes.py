@@ -10,13 +10,13 @@ import re
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
-from strata_doctor.parse import parse_cpulist, parse_int, parse_meminfo, parse_status
+from strata_doctor.parse import parse_cpulist, parse_int, parse_status
 from strata_doctor.root import Root
 
 CLOCK_TICKS = 100  # USER_HZ on every mainstream architecture
 # The scan reads thousands of status files: pick out only the lines it uses. Text with
 # line breaks other than \n (or NULs) goes through parse_status, which they would change.
-_STATUS_KEYS = re.compile(r"^[^\S\n]*(Name|PPid|Uid|HugetlbPages|Cpus_allowed_list)[^\S\n]*:(.*)$", re.M)
+_STATUS_KEYS = re.compile(r"\n[^\S\n]*(Name|PPid|Uid|HugetlbPages|Cpus_allowed_list)[^\S\n]*:(.*)")
 _ODD_BREAKS = re.compile("[\0\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
@@ -74,7 +74,7 @@ def parse_process(pid: int, status_text: str, stat_text: str) -> ProcessInfo:
     """Build a :class:`ProcessInfo` from the text of ``status`` and ``stat``."""
     status = _status_fields(status_text)
     uid_words = status.get("Uid", "").split()
-    hugetlb = parse_meminfo("HugetlbPages: " + status.get("HugetlbPages", "0 kB"))
+    hugetlb = _kb_value(status.get("HugetlbPages", "0 kB"))
     cpu, start = _parse_stat(stat_text)
     return ProcessInfo(
         pid=pid,
@@ -82,16 +82,26 @@ def parse_process(pid: int, status_text: str, stat_text: str) -> ProcessInfo:
         ppid=parse_int(status.get("PPid")) or 0,
         uid=parse_int(uid_words[0]) if uid_words else None,
         cpus_allowed=parse_cpulist(status.get("Cpus_allowed_list", "")),
-        hugetlb_bytes=hugetlb.get("HugetlbPages", 0),
+        hugetlb_bytes=hugetlb,
         cpu_seconds=cpu,
         start_seconds=start,
     )
 
 
+def _kb_value(text: str) -> int:
+    # parse_meminfo's reading of one "N kB" value, without building a dict per process.
+    words = text.split()
+    if not words or not (words[0].isascii() and words[0].isdigit() and len(words[0]) <= 64):
+        return 0
+    value = int(words[0])
+    return value * 1024 if len(words) > 1 and words[1].lower() == "kb" else value
+
+
 def _status_fields(text: str) -> Dict[str, str]:
     if _ODD_BREAKS.search(text):
         return parse_status(text)
-    return {key: value.strip() for key, value in _STATUS_KEYS.findall(text)}
+    # A leading "\n" lets the first line match too; the pattern's literal "\n" is fast.
+    return {key: value.strip() for key, value in _STATUS_KEYS.findall("\n" + text)}
 
 
 def _parse_stat(text: str) -> Tuple[float, float]:
