@@ -85,6 +85,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     report = outcome.get_result()  # type: ignore[attr-defined]
     if report.when == "call" and report.failed:
         names = [m.args[0] for m in item.iter_markers("topology") if m.args]
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("name") in TOPOLOGIES:
+            names.append(callspec.params["name"])
         for name in names or sorted(TOPOLOGIES):
             folder = artifacts_root() / name
             if folder.exists():

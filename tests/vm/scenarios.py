@@ -20,6 +20,9 @@ UNIT = "strata.service"
 STUB_MIB = 256
 STUB_OUTPUT = "/run/strata-stub.json"
 MiB = 1024 * 1024
+# A host name the report must redact; distinctive so that a scan of the bundle finds
+# it only where redaction failed.
+HOSTNAME = "numa-guest-7f3a"
 
 # The seed's trap, scaled to the guest: a pool of 240 pages (480 MiB), 60 of them held
 # by a running process and 20 by an orphaned hugetlbfs file, so 160 are free; the
@@ -109,7 +112,8 @@ def raw_facts() -> str:
         "id=$(cat $d/vendor):$(cat $d/device) numa_node=$(cat $d/numa_node) "
         "local_cpulist=$(cat $d/local_cpulist) boot_vga=$(cat $d/boot_vga 2>/dev/null)\"; done\n"
         "systemctl --version | head -1; systemctl is-active systemd-oomd dbus\n"
-        "grep -i huge /proc/meminfo; cat /proc/cmdline"
+        "grep -i huge /proc/meminfo; cat /proc/cmdline\n"
+        "echo hostname=$(hostname) machine-id=$(cat /etc/machine-id)"
     )
 
 
@@ -132,6 +136,8 @@ def binding_steps(t: Topology, reserve: bool) -> List[Step]:
              "-p Slice -p DropInPaths; sysctl vm.nr_hugepages; "
              "ls -la /etc/systemd/system/*.d/ /etc/sysctl.d/ 2>&1"),
         Step("stub-applied", stub_run()),
+        Step("wrapper-applied",
+             f"/usr/local/bin/strata-numa /usr/bin/python3 /strata-test/stub_engine.py {STUB_MIB}"),
         Step("check-after-apply", doctor("check --format json", t)),
         Step("apply-again", doctor("fix --apply --yes", t)),
         Step("revert", doctor("fix --revert --yes", t)),
@@ -143,7 +149,7 @@ def binding_steps(t: Topology, reserve: bool) -> List[Step]:
             Step("apply-reserve", doctor("fix --apply --yes --reserve-node", t)),
             Step("stub-reserved", stub_run()),
             Step("slices-reserved", slice_cpus()),
-            Step("daemons-reserved", status_of("systemd-journald dbus-daemon systemd-oomd")),
+            Step("daemons-reserved", status_of("systemd-journal dbus-daemon systemd-oomd systemd-logind")),
             Step("revert-reserve", doctor("fix --revert --yes", t)),
             Step("slices-after-revert", slice_cpus()),
             Step("stub-after-revert", stub_run()),
@@ -183,7 +189,7 @@ def steps_for(topology: Topology) -> List[Step]:
     if topology.name == "seed":
         steps += trap_steps(topology)
         steps += binding_steps(topology, reserve=True)
-    elif topology.name in ("mirror", "memory-only"):
+    elif topology.name in ("mirror", "memory-only", "snc"):
         steps += binding_steps(topology, reserve=False)
     return steps
 
@@ -192,6 +198,7 @@ def payload_for(topology: Topology) -> Payload:
     files: Dict[str, Tuple[bytes, int]] = {
         "etc/systemd/system/strata.service": (ENGINE_UNIT.encode(), 0o644),
         "etc/strata-doctor.yaml": (engine_config(topology).encode(), 0o644),
+        "etc/hostname": (f"{HOSTNAME}\n".encode(), 0o644),
         "strata-test/stub_engine.py": ((HERE / "guest_files" / "stub_engine.py").read_bytes(), 0o755),
         "strata-test/hugepage_holder.py": (
             (HERE / "guest_files" / "hugepage_holder.py").read_bytes(), 0o755),

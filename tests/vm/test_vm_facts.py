@@ -129,12 +129,20 @@ def test_memory_only_node_never_gets_cpus(guests: Guests) -> None:
 def test_snc_socket_is_recognised(guests: Guests) -> None:
     """Sub-nodes at distance 11 share a socket; an arena larger than node 1 spans 0 and 1."""
     data = check_json(guests, "snc")
-    text = " ".join(f["summary"] + " " + f["detail"] for f in data["findings"]
-                    if f["check"] in ("numa-topology", "numa-binding"))
-    assert "11" in text
+    topology = " ".join(f["detail"] for f in data["findings"] if f["check"] == "numa-topology")
+    assert "sub-nodes 0,1" in topology and "sub-nodes 2,3" in topology, topology
     binding = " ".join(f["summary"] + " " + f["detail"] for f in data["findings"]
                        if f["check"] == "numa-binding")
-    assert "0,1" in binding or "0-1" in binding, binding
+    assert "--cpunodebind=0,1" in binding, binding
+
+
+def test_memory_only_node_is_not_the_remote_cost(guests: Guests) -> None:
+    """Unbound, first touch puts the arena on the CPU nodes (0 and 1, distance 21), never on
+    the CPU-less node 2: the cost of not binding is 21/10, not node 2's 28/10."""
+    data = check_json(guests, "memory-only")
+    binding = [f for f in data["findings"] if f["check"] == "numa-binding"]
+    text = " ".join(f["summary"] + " " + f["detail"] for f in binding)
+    assert "21/10 = 2.1x" in text, text
 
 
 def test_no_numa_info_is_said(guests: Guests) -> None:
