@@ -79,6 +79,36 @@ def cpulist(cpus: List[int]) -> str:
     return ",".join(parts)
 
 
+def cpumap(cpus: List[int], total: int) -> str:
+    """Format CPU ids as a kernel cpumap: 32-bit hex words, most significant first."""
+    value = sum(1 << cpu for cpu in cpus)
+    words = [(value >> (32 * i)) & 0xFFFFFFFF for i in range((total + 31) // 32)]
+    return ",".join(f"{word:08x}" for word in reversed(words))
+
+
+def _cpu_topology(shape: HostShape) -> Dict[str, str]:
+    # What lstopo needs to read the tree (strata-doctor reads /proc/cpuinfo instead).
+    cores = shape.cpus // 2
+    per_socket = cores // shape.sockets
+    files: Dict[str, str] = {}
+    sockets: Dict[int, List[int]] = {}
+    for cpu in range(shape.cpus):
+        sockets.setdefault((cpu % cores) // per_socket, []).append(cpu)
+    for cpu in range(shape.cpus):
+        core = cpu % cores
+        package = core // per_socket
+        base = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        socket_cpus = sockets[package]
+        files[f"{base}/physical_package_id"] = f"{package}\n"
+        files[f"{base}/die_id"] = "0\n"
+        files[f"{base}/core_id"] = f"{core % per_socket}\n"
+        files[f"{base}/thread_siblings_list"] = cpulist([core, core + cores]) + "\n"
+        files[f"{base}/core_siblings_list"] = cpulist(socket_cpus) + "\n"
+        files[f"{base}/thread_siblings"] = cpumap([core, core + cores], shape.cpus) + "\n"
+        files[f"{base}/core_siblings"] = cpumap(socket_cpus, shape.cpus) + "\n"
+    return files
+
+
 def _distance(shape: HostShape, a: int, b: int) -> int:
     if a == b:
         return 10
@@ -115,7 +145,9 @@ def generate(base: Path, shape: HostShape) -> Path:
             f"Node {node} MemTotal:       {kb} kB\nNode {node} MemFree:        {kb * 9 // 10} kB\n"
             f"Node {node} MemUsed:        {kb // 10} kB\n"
         )
+        files[f"{node_dir}/node{node}/cpumap"] = cpumap(cpus, shape.cpus) + "\n"
     everything = f"0-{shape.cpus - 1}"
+    files.update(_cpu_topology(shape))
     files[f"{node_dir}/online"] = f"0-{shape.nodes - 1}\n"
     files[f"{node_dir}/possible"] = f"0-{shape.nodes - 1}\n"
     files["/sys/devices/system/cpu/online"] = everything + "\n"

@@ -240,15 +240,28 @@ class Root:
 
     def run_all(self, commands: Iterable[Command]) -> None:
         """Run several commands concurrently so slow ones overlap."""
-        todo = [c for c in commands if c.key not in self._commands]
+        # One per key: two checks often declare the same command.
+        todo = list({c.key: c for c in commands if c.key not in self._commands}.values())
         if len(todo) <= 1 or not self.live:
             for command in todo:
                 self.run(command)
             return
-        from concurrent.futures import ThreadPoolExecutor  # only live runs with 2+ commands
+        # Plain threads: concurrent.futures costs more to import than these commands take.
+        errors: List[BaseException] = []
 
-        with ThreadPoolExecutor(max_workers=len(todo)) as pool:
-            list(pool.map(self.run, todo))
+        def run_one(command: Command) -> None:
+            try:
+                self.run(command)
+            except BaseException as exc:  # re-raised below, in the caller's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run_one, args=(c,), daemon=True) for c in todo]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
 
     @property
     def commands(self) -> Dict[str, CommandResult]:
