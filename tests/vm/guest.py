@@ -569,9 +569,11 @@ def boot(
         try:
             qemu_rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
             error = f"guest did not power off within {timeout:.0f} s"
+        finally:
+            if proc.poll() is None:  # timed out, or interrupted: never leave QEMU behind
+                proc.kill()
+                proc.wait()
     wall = time.monotonic() - started
     initrd.unlink()
     steps: Dict[str, StepResult] = {}

@@ -72,7 +72,10 @@ def main() -> int:
             per_node_all[node] = per_node_all.get(node, 0) + n
         if addr == vma_start:
             per_node_buf = pages
-            policy = fields[1]
+            # The policy may hold a space ("prefer (many):0-1"); it ends where the
+            # key=value fields begin.
+            m = re.match(r"[0-9a-f]+ (.*?)(?= \w+=|$)", line)
+            policy = m.group(1) if m else fields[1]
     st = status()
     with open("/proc/self/cgroup", encoding="utf-8") as f:
         cgroup = f.read().strip()
