@@ -55,22 +55,48 @@ class ArenaFit(Check):
                 detail=self._spill(ctx, nodes, short),
                 evidence=evidence,
             )
-        elif need > available:
+            return
+        yield self.finding(
+            "fits", Severity.OK,
+            f"{arith}: {format_bytes(pinned)} fits {where} ({format_bytes(total)}) with "
+            f"{format_bytes(total - need)} to spare",
+            evidence=evidence,
+        )
+        if need > available:
             yield self.finding(
                 "low-free", Severity.WARNING,
-                f"{arith} fits {where} ({format_bytes(total)}) but only "
-                f"{format_bytes(available)} is free there now",
-                detail="Other processes or the page cache hold the node's memory; the arena "
-                "will spill to another node until they release it.",
+                f"only {format_bytes(available)} of {where} is free for the engine now, "
+                f"{format_bytes(need - available)} less than it needs",
+                detail=self._low_free_detail(ctx, nodes, held),
                 evidence=evidence,
             )
-        else:
-            yield self.finding(
-                "fits", Severity.OK,
-                f"{arith}: {format_bytes(pinned)} fits {where} ({format_bytes(total)}) with "
-                f"{format_bytes(total - need)} to spare",
-                evidence=evidence,
+
+    def _low_free_detail(self, ctx: HostContext, nodes: FrozenSet[int], held: int) -> str:
+        pooled = self._pool_bytes(ctx, nodes)
+        text = (
+            "Free here counts MemFree plus what the running engine already holds there "
+            f"({format_bytes(held)}). "
+        )
+        if pooled:
+            text += (
+                f"{format_bytes(pooled)} of the node's memory sits in the hugepage pool, which ordinary "
+                "allocations cannot use (see the hugepages check). "
             )
+        return text + (
+            "Until other processes or the page cache release memory, a preferred binding "
+            "spills the arena's tail to another node."
+        )
+
+    def _pool_bytes(self, ctx: HostContext, nodes: FrozenSet[int]) -> int:
+        page = parse_meminfo(ctx.root.read("/proc/meminfo") or "").get("Hugepagesize", 0)
+        paths = (
+            [f"/sys/devices/system/node/node{n}/meminfo" for n in sorted(nodes)]
+            if nodes else ["/proc/meminfo"]
+        )
+        return sum(
+            parse_meminfo(ctx.root.read(path) or "").get("HugePages_Total", 0) * page
+            for path in paths
+        )
 
     def _capacity(
         self, ctx: HostContext
