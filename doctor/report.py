@@ -36,7 +36,10 @@ REPORT_SCHEMA = "strata-doctor/report/v1"
 NVIDIA_SMI = Command("nvidia-smi", ("nvidia-smi",), timeout=10.0)
 NVIDIA_SMI_QUERY = Command(
     "nvidia-smi-query",
-    ("nvidia-smi", "--query-gpu=pci.bus_id,name,memory.total,driver_version,uuid,serial",
+    # One key, one command: the columns documented in docs/capture-layout.md.
+    ("nvidia-smi",
+     "--query-gpu=pci.bus_id,name,memory.total,driver_version,uuid,serial,"
+     "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max",
      "--format=csv,noheader"),
     timeout=10.0,
 )
