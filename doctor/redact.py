@@ -292,10 +292,11 @@ def _is_ipv6(text: str) -> bool:
     if "::" not in text and text.count(":") != 7:
         return False  # times (12:34:56) and PCI addresses are not addresses
     try:
-        ipaddress.IPv6Address(text)
+        address = ipaddress.IPv6Address(text)
     except ValueError:
         return False
-    return True
+    # "0::" also opens every cgroup v2 line ("0::/system.slice"); :: and ::1 reveal nothing.
+    return not (address.is_unspecified or address.is_loopback)
 
 
 def _is_ipv4(text: str) -> bool:

@@ -111,3 +111,12 @@ def test_credentials_lose_their_values() -> None:
     assert "abc123" not in text and "sk-XYZ" not in text and "hunter2" not in text
     assert "--port 8" in text and "HOME=/root" in text
     assert r.counts() == {"secret": 3}
+
+
+def test_cgroup_v2_lines_are_not_ipv6_addresses() -> None:
+    from strata_doctor.redact import Redactor
+
+    redactor = Redactor()
+    assert redactor.text("0::/system.slice/strata.service\n0::/\n") == (
+        "0::/system.slice/strata.service\n0::/\n"
+    )
