@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from strata_doctor.engine import DEFAULT_CONFIG, EngineConfig
 from strata_doctor.redact import Redactor
-from strata_doctor.root import COMMANDS_DIR, CommandResult, Root
+from strata_doctor.root import CAPTURE_DIR, COMMANDS_DIR, STAT_FILE, CommandResult, FileStat, Root
 
 TOP = "strata-doctor-bundle"
 SCHEMA = "strata-doctor/bundle/v1"
@@ -86,32 +86,8 @@ class BundleInfo:
 
 
 # -- collecting -----------------------------------------------------------------
-def record_probes(root: Root) -> Dict[str, bool]:
-    """Record every ``exists``/``is_dir`` question asked of ``root`` from now on.
-
-    Root records reads and listings but not existence probes (``/.dockerenv``, cgroup
-    files), and a replay must answer them alike. The answers are kept as empty stand-ins;
-    this belongs in Root itself and goes away when Root records probes.
-    """
-    probes: Dict[str, bool] = {}
-    exists, is_dir = root.exists, root.is_dir
-
-    def probed_exists(host_path: str) -> bool:
-        probes[host_path] = found = exists(host_path)
-        return found
-
-    def probed_is_dir(host_path: str) -> bool:
-        found = is_dir(host_path)
-        probes[host_path] = probes.get(host_path, False) or found or os.path.lexists(root.path(host_path))
-        return found
-
-    root.exists = probed_exists  # type: ignore[method-assign]
-    root.is_dir = probed_is_dir  # type: ignore[method-assign]
-    return probes
-
-
-def capture(root: Root, probes: Optional[Mapping[str, bool]] = None) -> Capture:
-    """Turn the root's records (reads, listings, commands, probes) into archive entries."""
+def capture(root: Root) -> Capture:
+    """Turn the root's records (reads, listings, commands, probes, stats) into entries."""
     reads = dict(root.reads)
     commands = dict(root.commands)
     builder = _Builder(root)
@@ -123,9 +99,10 @@ def capture(root: Root, probes: Optional[Mapping[str, bool]] = None) -> Capture:
             builder.add_read(path)
     listings = [builder.add_listing(path[:-1] or "/") for path, reason in sorted(reads.items())
                 if reason is None and path.endswith("/")]
-    for path, found in sorted((probes or {}).items()):
+    for path, found in sorted(root.probes.items()):
         if found and path not in reads:
             builder.add_probe(path)
+    builder.add_stats({p: st for p, st in root.stats.items() if st is not None and p not in reads})
     for key, result in sorted(commands.items()):
         note = builder.add_command(key, result)
         if note:
@@ -168,6 +145,24 @@ class _Builder:
             data = b""
         self._add_dirs(posixpath.dirname(real))
         self.entries[real] = Entry(real, "file", data)
+
+    def add_stats(self, stats: Mapping[str, FileStat]) -> None:
+        """Files only stat'ed (hugetlbfs files of many GiB): empty stand-ins, with their real
+        size, owner and mode in the capture's stat.json, which Root.stat replays."""
+        if not stats:
+            return
+        rows = {}
+        for host_path, found in sorted(stats.items()):
+            real = self.resolve(host_path, follow_last=False)
+            if real is None:
+                continue
+            self._add_dirs(posixpath.dirname(real))
+            self.entries.setdefault(real, Entry(real, "file", b""))
+            rows[host_path] = {"size": found.size, "uid": found.uid, "mode": found.mode}
+            self.stand_ins.append((host_path, found.size))
+        self._add_dirs(f"/{CAPTURE_DIR}")
+        data = (json.dumps(rows, indent=1, sort_keys=True) + "\n").encode()
+        self.entries[f"/{STAT_FILE}"] = Entry(f"/{STAT_FILE}", "file", data)
 
     def add_probe(self, host_path: str) -> None:
         real = self.resolve(host_path, follow_last=False)
@@ -256,16 +251,9 @@ class _Builder:
 
 
 def _content(root: Root, host_path: str) -> Optional[bytes]:
-    """What the checks read at ``host_path``; None when they only looked at it.
-
-    Root keeps every file it read in its cache; only that is bundled, so a file that was
-    only stat'ed (a hugetlbfs file of many GiB) is never read here.
-    """
-    cache = getattr(root, "_cache", None)
-    if isinstance(cache, dict):
-        data = cache.get(host_path)
-        return data if isinstance(data, bytes) else None
-    return root.read_bytes(host_path)
+    """What the checks read at ``host_path``; None when they only looked at it, so a file
+    that was only stat'ed (a hugetlbfs file of many GiB) is never read here."""
+    return root.content(host_path)
 
 
 # -- writing --------------------------------------------------------------------

@@ -56,13 +56,11 @@ def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], n
                    ignore: Tuple[str, ...], fail_on: str, **kwargs: Any) -> None:
     """Write a bug report of this host (Markdown or JSON), redacted, and optionally a bundle."""
     from strata_doctor import render
-    from strata_doctor.bundle import record_probes
     from strata_doctor.redact import Redactor
     from strata_doctor.report import build_report, private_values, protected_words
 
     kwargs["bundle"] = None
     root, ctx = open_host(host_from_kwargs(kwargs))
-    probes = record_probes(root)
     results = run_selected(ctx, (), ignore)
     code = render.exit_code(results, Severity.parse(fail_on))
     # The check JSON as `check --format json` prints it, before the report reads more facts.
@@ -74,7 +72,7 @@ def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], n
         redactor.learn_host(root)
         for kind, value in private_values(root):
             redactor.add(kind, value)
-    bundle_parts = _prepare_bundle(root, ctx, redactor, probes) if bundle_out else None
+    bundle_parts = _prepare_bundle(root, ctx, redactor) if bundle_out else None
     markdown, data, check = _render(report, check_data, redactor)
     text = markdown if fmt == "markdown" else json.dumps(data, indent=2, sort_keys=True) + "\n"
     if bundle_out and bundle_parts is not None:
@@ -82,10 +80,10 @@ def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], n
     _emit(text, output)
 
 
-def _prepare_bundle(root: Any, ctx: Any, redactor: Any, probes: Dict[str, bool]) -> Tuple[Any, List[Any]]:
+def _prepare_bundle(root: Any, ctx: Any, redactor: Any) -> Tuple[Any, List[Any]]:
     from strata_doctor.bundle import capture, redact_capture
 
-    captured = capture(root, probes)
+    captured = capture(root)
     return captured, redact_capture(captured, redactor, ctx.config)
 
 

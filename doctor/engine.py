@@ -8,6 +8,7 @@ the engine's process (``/proc/PID/status`` and ``/proc/PID/numa_maps``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
 
@@ -124,7 +125,18 @@ def _convert(key: str, value: object) -> Dict[str, object]:
 
 
 def load_config(root: Root, path: Optional[str]) -> EngineConfig:
-    """Load ``path`` (a real path given by the user) or the default file under the root."""
+    """Load ``path`` (a real path given by the user) or the default file under the root.
+
+    Errors name the real file; the config remembers the host path, so evidence reads the
+    same on the host and in its replay.
+    """
+    config = _load_config(root, path)
+    if path is None and config.source is not None:
+        config = replace(config, source=DEFAULT_CONFIG)
+    return config
+
+
+def _load_config(root: Root, path: Optional[str]) -> EngineConfig:
     if path is not None:
         try:
             with open(path, encoding="utf-8") as handle:
@@ -137,7 +149,10 @@ def load_config(root: Root, path: Optional[str]) -> EngineConfig:
         source = str(root.path(DEFAULT_CONFIG)) if not root.live else DEFAULT_CONFIG
         if text is None:
             return EngineConfig()
-    import yaml  # only when a config exists: yaml costs start-up time
+    simple, data = simple_yaml(text or "")
+    if simple:
+        return parse_config(data, source)
+    import yaml  # only for a config the reader above does not take: yaml costs start-up time
 
     try:
         data = yaml.safe_load(text or "")
@@ -146,6 +161,46 @@ def load_config(root: Root, path: Optional[str]) -> EngineConfig:
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{source}:{where} not valid YAML") from None
     return parse_config(data, source)
+
+
+# The configs people write are flat ``key: value`` lines; reading those without importing
+# yaml saves the preflight check most of its start-up. Anything else (nesting, flow
+# style, escapes, tabs, document markers, values YAML 1.1 would read as numbers, dates or
+# booleans in other spellings) goes to yaml.safe_load, which gives the same data.
+_YAML_LINE = re.compile(
+    r'([A-Za-z_][A-Za-z0-9_]*): +("[^"\\\n]*"|[A-Za-z][A-Za-z0-9_./-]*|[0-9]+(?:\.[0-9]+)?[A-Za-z]*)'
+    r"(?: +#.*| *)"
+)
+_YAML_BOOLS = {w: True for w in ("yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON")}
+_YAML_BOOLS.update({w: False for w in ("no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF")})
+_YAML_NULLS = ("null", "Null", "NULL", "~")
+_YAML_INT = re.compile(r"0|[1-9][0-9]*")
+
+
+def simple_yaml(text: str) -> Tuple[bool, object]:
+    """``(True, data)`` when ``text`` is flat ``key: value`` lines, with ``data`` exactly
+    what ``yaml.safe_load`` returns; ``(False, None)`` for anything else."""
+    data: Dict[str, object] = {}
+    for line in text.split("\n"):
+        if not line.strip(" ") or line.lstrip(" ").startswith("#"):
+            continue
+        match = _YAML_LINE.fullmatch(line)
+        if not match or match[1] in _YAML_BOOLS or match[1] in _YAML_NULLS:
+            return False, None
+        value = match[2]
+        if value.startswith('"'):
+            data[match[1]] = value[1:-1]
+        elif value in _YAML_BOOLS:
+            data[match[1]] = _YAML_BOOLS[value]
+        elif value in _YAML_NULLS:
+            data[match[1]] = None
+        elif _YAML_INT.fullmatch(value):
+            data[match[1]] = int(value)
+        elif value[0].isdigit() and (not value[-1].isalpha() or value[0] == "0"):
+            return False, None  # 1.5, 017, 0x1f: YAML 1.1 numbers
+        else:
+            data[match[1]] = value
+    return True, (data or None)
 
 
 @dataclass(frozen=True)
