@@ -356,9 +356,16 @@ _SKIP_PARTS = {".git", "tests", "build", "dist", "__pycache__", ".mypy_cache",
                ".pytest_cache", ".ruff_cache", ".venv", "venv"}
 
 
+def source_tree() -> Path:
+    """The project tree installed into the guest: this checkout, or $STRATA_VM_SOURCE
+    (for instance a copy with a deliberately broken template, to see the tests fail)."""
+    return Path(os.environ.get("STRATA_VM_SOURCE") or REPO)
+
+
 def _copy_source(dest: Path) -> None:
-    for path in REPO.rglob("*"):
-        rel = path.relative_to(REPO)
+    tree = source_tree()
+    for path in tree.rglob("*"):
+        rel = path.relative_to(tree)
         if any(p in _SKIP_PARTS or p.endswith(".egg-info") for p in rel.parts):
             continue
         target = dest / rel
