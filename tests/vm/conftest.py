@@ -8,67 +8,26 @@ steps left in ``$OUT`` stay in ``tests/vm/artifacts/<topology>/`` (or under
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from pathlib import Path
-from typing import Dict, Iterator
+from typing import Iterator
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from guest import BootResult, Image, boot, build_image, find_image  # noqa: E402
-from scenarios import payload_for  # noqa: E402
+from guest import Image, build_image  # noqa: E402
 from topologies import TOPOLOGIES  # noqa: E402
-
-BOOT_TIMEOUT = float(os.environ.get("STRATA_VM_BOOT_TIMEOUT", "900"))
-
-
-def artifacts_root() -> Path:
-    return Path(os.environ.get("STRATA_VM_ARTIFACTS") or HERE / "artifacts")
-
-
-def _skip_reason() -> str:
-    if sys.platform != "linux":
-        return "the vm tests need Linux"
-    if not shutil.which("qemu-system-x86_64"):
-        return "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
-    if find_image() is None and not shutil.which("debootstrap"):
-        return "no cached guest image and no debootstrap to build one"
-    return ""
+from vmharness import Guests, artifacts_root, skip_reason  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def guest_image() -> Image:
-    reason = _skip_reason()
+    reason = skip_reason()
     if reason:
         pytest.skip(reason)
     return build_image()
-
-
-class Guests:
-    """Boots each topology once, on first use."""
-
-    def __init__(self, image: Image) -> None:
-        self.image = image
-        self.results: Dict[str, BootResult] = {}
-
-    def get(self, name: str) -> BootResult:
-        if name not in self.results:
-            topology = TOPOLOGIES[name]
-            artifacts = artifacts_root() / name
-            if artifacts.exists():
-                shutil.rmtree(artifacts)
-            self.results[name] = boot(
-                topology, payload_for(topology), artifacts, self.image, timeout=BOOT_TIMEOUT
-            )
-        result = self.results[name]
-        if result.error:
-            pytest.fail(f"{name} guest: {result.error}; console: {result.artifacts}/console.log",
-                        pytrace=False)
-        return result
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 import pytest
-from conftest import Guests
 from topologies import TOPOLOGIES, MiB, Topology
+from vmharness import Guests
 
 pytestmark = pytest.mark.vm
 

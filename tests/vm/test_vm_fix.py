@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Dict, FrozenSet, Iterable, List
 
 import pytest
-from conftest import Guests
 from topologies import TOPOLOGIES, Topology
+from vmharness import Guests
 
 pytestmark = pytest.mark.vm
 

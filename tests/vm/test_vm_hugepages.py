@@ -7,8 +7,8 @@ import re
 from typing import Any, Dict, List
 
 import pytest
-from conftest import Guests
 from scenarios import ORPHAN, TRAP_ARENA_MIB, TRAP_HELD, TRAP_ORPHAN, TRAP_POOL
+from vmharness import Guests
 
 pytestmark = [pytest.mark.vm, pytest.mark.topology("seed")]
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
-from conftest import Guests
 from scenarios import HOSTNAME
 from topologies import TOPOLOGIES
+from vmharness import Guests
 
 pytestmark = [pytest.mark.vm, pytest.mark.topology("seed")]
 
