@@ -308,19 +308,24 @@ class Root:
         )
 
 
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+
+
 def _read_all(path: str) -> bytes:
     """A whole file through one descriptor, without a buffered file object: sysfs reports
     4096 for every attribute, so read until EOF, never st_size."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, _OPEN_FLAGS)
     try:
-        chunks = []
-        size = 65536
-        while True:
-            chunk = os.read(fd, size)
-            if not chunk:
-                break
+        first = os.read(fd, 65536)
+        if not first:
+            return first
+        chunk = os.read(fd, 1 << 20)  # most files end here: the common case skips the join
+        if not chunk:
+            return first
+        chunks = [first, chunk]
+        while chunk:
+            chunk = os.read(fd, 1 << 20)  # a large numa_maps: fewer, larger reads
             chunks.append(chunk)
-            size = 1 << 20  # a large numa_maps: fewer, larger reads
         return b"".join(chunks)
     finally:
         os.close(fd)
