@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple
 
@@ -14,13 +13,12 @@ from strata_doctor.memory import (
     HugetlbfsFile,
     PagePool,
     PoolAssessment,
-    SysctlSetting,
     assess_pool,
     count,
     format_page_size,
     project_memory,
 )
-from strata_doctor.memory_fixes import SYSCTL_FILE, SYSCTL_NAME, node_pool_fix, size_pool_fix, sysctl_fix
+from strata_doctor.memory_fixes import node_pool_fix, size_pool_fix, sysctl_fix
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
 from strata_doctor.oomd import assess_exposure, oomd_commands
 from strata_doctor.parse import format_bytes
@@ -81,20 +79,19 @@ def _resolves(pages: int, a: PoolAssessment) -> bool:
     return a.need is not None and pages >= a.need.pages
 
 
+def orphan_pages(facts: HugepageFacts, size: int) -> int:
+    """Pages of one size that orphaned hugetlbfs files hold."""
+    pages = 0
+    for mount in facts.mounts:
+        if (mount.page_size or facts.page_size) != size:
+            continue
+        pages += sum(-(-f.size // size) for f in mount.files if f.orphan and f.size)
+    return pages
+
+
 def pool_words(pool: PagePool) -> str:
     """``24,000 2 MiB pages (46.88 GiB)``."""
     return f"{count(pool.total)} {format_page_size(pool.size)} pages ({format_bytes(pool.total * pool.size)})"
-
-
-def overriding(facts: HugepageFacts, value: str) -> Tuple[SysctlSetting, ...]:
-    """Assignments of vm.nr_hugepages that sysctl.d(5) applies after 60-strata-doctor.conf."""
-    later = []
-    for setting in facts.sysctl.setters(SYSCTL_KEY):
-        name = os.path.basename(setting.path)
-        after = setting.path == "/etc/sysctl.conf" or (setting.path != SYSCTL_FILE and name > SYSCTL_NAME)
-        if after and setting.value.strip() != value:
-            later.append(setting)
-    return tuple(later)
 
 
 class Hugepages(Check):
@@ -135,10 +132,11 @@ class Hugepages(Check):
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         facts = ctx.hugepages
         a = assessment(ctx)
-        yield from self._default_pool(ctx, facts, a)
+        blocking = self._orphans_block(facts, a)
+        yield from self._default_pool(ctx, facts, a, blocking)
         yield from self._nodes(ctx, facts, a)
         yield from self._other_sizes(facts)
-        yield from self._orphans(facts)
+        yield from self._orphans(facts, a if blocking else None)
         yield from self._surplus(facts)
         if facts.unreadable:
             yield self.finding(
@@ -149,7 +147,15 @@ class Hugepages(Check):
             )
 
     # -- the default pool -----------------------------------------------------------------
-    def _default_pool(self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment) -> Iterator[Finding]:
+    def _orphans_block(self, facts: HugepageFacts, a: PoolAssessment) -> bool:
+        """hugetlb mode fails only because of orphaned files: deleting them is the fix."""
+        if not (a.fails and a.mode == "hugetlb" and a.pool is not None and a.need is not None):
+            return False
+        return a.available + orphan_pages(facts, a.pool.size) >= a.need.pages
+
+    def _default_pool(
+        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, blocking: bool = False,
+    ) -> Iterator[Finding]:
         pool = a.pool
         evidence = self._pool_evidence(ctx, facts)
         total = pool.total if pool else 0
@@ -162,7 +168,7 @@ class Hugepages(Check):
                 yield self._configured(pool, pending, evidence)
             elif a.trap:
                 yield self._trap(ctx, facts, a, evidence)
-            else:
+            elif not blocking:  # else the orphans finding carries the failure and its fix
                 yield self._too_small(ctx, facts, a, evidence)
             return
         if a.mode == "thp" or a.need is None:
@@ -172,9 +178,10 @@ class Hugepages(Check):
         spare = pool.total - a.need.pages - (pool.used - a.engine_pages)
         extra = f"; {count(spare)} pages ({format_bytes(spare * pool.size)}) beyond that stay idle" \
             if spare * pool.size >= GIB else ""
+        held = f" ({count(a.engine_pages)} held by the running engine)" if a.engine_pages else ""
         yield self.finding(
             "fits", Severity.OK,
-            f"pool {count(pool.total)}, free {count(pool.free)}: the arena's {a.need.arithmetic} "
+            f"pool {count(pool.total)}, free {count(pool.free)}{held}: the arena's {a.need.arithmetic} "
             f"fit MAP_HUGETLB{extra}",
             evidence=evidence,
         )
@@ -347,7 +354,11 @@ class Hugepages(Check):
         if target is None or len(nodes) < 2 or not a.uses_pool or a.fails or a.need is None:
             return
         on_target = next((n for n in nodes if n.node == target), None)
-        have = (on_target.free if on_target else 0) + a.engine_pages
+        engine = facts.holder(engine_pid(ctx))
+        # At its restart the engine gives its pages back to their nodes and takes them again,
+        # the preferred node first: only its pages already on the target count there.
+        engine_here = engine.pages_on(target, facts.page_size) if engine and engine.nodes else a.engine_pages
+        have = (on_target.free if on_target else 0) + engine_here
         if have >= a.need.pages:
             return
         counts = ", ".join(f"node {n.node}: {count(n.total)} (free {count(n.free)})" for n in nodes)
@@ -367,8 +378,11 @@ class Hugepages(Check):
         others = {n.node: n.total for n in nodes if n.node != target}
         used_on_target = (on_target.total - on_target.free) if on_target else 0
         fix = None if facts.container or facts.sys_readonly else node_pool_fix(
-            target, a.need.pages + max(0, used_on_target - a.engine_pages), facts.page_size, others,
-            overriding=facts.sysctl.setters(SYSCTL_KEY))
+            target, a.need.pages + max(0, used_on_target - engine_here), facts.page_size, others,
+            overriding=facts.sysctl.setters(SYSCTL_KEY), boot_config=self._boot_pools(facts))
+        if engine and engine.nodes:
+            where = ", ".join(f"node {n}: {count(b // facts.page_size)}" for n, b in engine.nodes)
+            evidence += (Evidence(f"/proc/{engine.pid}/numa_maps", f"the engine's hugetlb pages: {where}"),)
         yield self.finding(
             "wrong-node", Severity.WARNING,
             f"hugepage pool not on the GPU's node {target}: {counts}; {count(elsewhere)} of the "
@@ -400,20 +414,33 @@ class Hugepages(Check):
                 yield self.finding("in-use", Severity.INFO, f"pool of {text}, {count(pool.used)} in use",
                                    evidence=ev)
 
-    def _orphans(self, facts: HugepageFacts) -> Iterator[Finding]:
+    def _orphans(self, facts: HugepageFacts, blocked: Optional[PoolAssessment] = None) -> Iterator[Finding]:
         orphans = facts.orphans
         if not orphans:
             return
         total = sum(f.size or 0 for f in orphans)
         listing = "; ".join(self._orphan_text(facts, f) for f in orphans[:5])
         more = f" and {len(orphans) - 5} more" if len(orphans) > 5 else ""
+        summary = (f"{len(orphans)} hugetlbfs file{'s' if len(orphans) != 1 else ''} that no process maps "
+                   f"hold{'s' if len(orphans) == 1 else ''} {format_bytes(total)}")
+        detail = ("A file in hugetlbfs keeps its pages until it is deleted, even when no process "
+                  "has it open: a crashed or killed program leaves them behind, and the pool looks taken "
+                  "for no visible reason. Delete them once sure nothing will reopen them.")
+        severity = Severity.WARNING
+        if blocked is not None and blocked.pool is not None and blocked.need is not None:
+            pool, need = blocked.pool, blocked.need
+            pages = orphan_pages(facts, pool.size)
+            severity = Severity.ERROR
+            summary = (f"MAP_HUGETLB will fail: pool {count(pool.total)}, free {count(pool.free)}, needed "
+                       f"{count(need.pages)} ({need.arithmetic}), because {summary} ({count(pages)} pages); "
+                       "delete them and the pool suffices")
+            detail = (f"The engine runs with hugepages: hugetlb and has no fallback, so it will not "
+                      f"start. {detail} Without them {count(blocked.available + pages)} pages are free "
+                      f"for the arena's {count(need.pages)}.")
         yield self.finding(
-            "orphans", Severity.WARNING,
-            f"{len(orphans)} hugetlbfs file{'s' if len(orphans) != 1 else ''} that no process maps "
-            f"hold{'s' if len(orphans) == 1 else ''} {format_bytes(total)}: {listing}{more}",
-            detail="A file in hugetlbfs keeps its pages until it is deleted, even when no process "
-            "has it open: a crashed or killed program leaves them behind, and the pool looks taken "
-            "for no visible reason. Delete them once sure nothing will reopen them.",
+            "orphans", severity,
+            f"{summary}: {listing}{more}",
+            detail=detail,
             evidence=tuple(Evidence(f.path, self._orphan_text(facts, f, path=False)) for f in orphans[:20]),
             fix=Fix(
                 summary="delete the orphaned hugetlbfs files (by hand: they may be someone's data)",
@@ -458,10 +485,7 @@ class Hugepages(Check):
             pages = h.bytes // pool.size
             held += pages
             parts.append(f"{h.name} pid {h.pid}: {count(pages)}")
-        orphaned = 0
-        for f in facts.orphans:
-            if f.size:
-                orphaned += -(-f.size // pool.size)
+        orphaned = orphan_pages(facts, pool.size)
         if orphaned:
             parts.append(f"orphaned hugetlbfs files: {count(orphaned)}")
         rest = taken - held - orphaned
@@ -514,7 +538,7 @@ class Hugepages(Check):
         return oomd.active and oomd.cgroup_v2 is not False and assess_exposure(oomd).exposed
 
     def _zero_fix(self, facts: HugepageFacts, finding: str, reason: str) -> Fix:
-        return sysctl_fix(((SYSCTL_KEY, "0", reason),), finding, overriding(facts, "0"))
+        return sysctl_fix(((SYSCTL_KEY, "0", reason),), finding, facts.sysctl)
 
     def _grow_fix(
         self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, pages: int,
@@ -528,7 +552,11 @@ class Hugepages(Check):
             return node_pool_fix(target, pages, facts.page_size, others,
                                  overriding=facts.sysctl.setters(SYSCTL_KEY))
         return sysctl_fix(((SYSCTL_KEY, str(pages), "the engine maps its arena with MAP_HUGETLB"),),
-                          "hugepages/too-small", overriding(facts, str(pages)))
+                          "hugepages/too-small", facts.sysctl)
+
+    def _boot_pools(self, facts: HugepageFacts) -> Tuple[Tuple[str, str], ...]:
+        """(file, words) of ``hugepages=`` settings on the configured boot command lines."""
+        return tuple((path, " ".join(c.words)) for path, c in facts.configured_cmdline if c.words)
 
     def _configured_node(self, facts: HugepageFacts, node: int) -> Optional[Tuple[int, str]]:
         for path, cmdline in facts.configured_cmdline:

@@ -6,7 +6,8 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 from strata_doctor.checks.hugepages import assessment, trap_in_effect
 from strata_doctor.context import HostContext
-from strata_doctor.memory import CHAIN, MemoryProjection, count, project_memory
+from strata_doctor.engine import read_process
+from strata_doctor.memory import CHAIN, MemoryProjection, assess_pool, count, project_memory
 from strata_doctor.memory_fixes import move_to_system_service_fix, oomd_dropin_fix
 from strata_doctor.model import Evidence, Finding, Fix, Severity
 from strata_doctor.oomd import Exposure, OomdFacts, Watched, assess_exposure, oomd_commands
@@ -144,6 +145,16 @@ class Oomd(Check):
         if kills and not looping:
             detail += (f" The journal shows {len(kills)} earlier kill{'s' if len(kills) != 1 else ''} "
                        f"of the engine (last {kills[-1].time}); it is running normally now.")
+        nearby = [k for k in facts.kills_under([w.path for w in exposure.effective_watch]) if k not in kills]
+        if nearby:
+            last = nearby[-1]
+            plural = "s" if len(nearby) != 1 else ""
+            detail += (f" oomd has already killed {len(nearby)} other cgroup{plural} under the cgroups it "
+                       f"watches here (last {last.time}: {last.cgroup}, {last.reason}); the engine's "
+                       "cgroup is a candidate in the same way.")
+            watched = ", ".join(w.path for w in exposure.effective_watch)
+            line = f"{len(nearby)} kill{plural} under {watched}; last {last.time} {last.cgroup}"
+            evidence += (Evidence("$ journalctl -u systemd-oomd", line),)
         return self.finding("exposed", severity, summary, detail=detail + " " + self._advice(facts),
                             evidence=evidence, fix=self._fix(facts))
 
@@ -279,8 +290,10 @@ class Oomd(Check):
     def _projection(self, ctx: HostContext) -> Optional[MemoryProjection]:
         if ctx.config.arena_bytes is None:
             return None
-        proc = ctx.engine_process
-        return project_memory(ctx.hugepages, ctx.config, assessment(ctx), proc.resident_bytes if proc else 0)
+        pid = ctx.oomd.engine_pid
+        proc = ctx.engine_process or (read_process(ctx.root, pid) if pid else None)
+        a = assess_pool(ctx.hugepages, ctx.config, pid)
+        return project_memory(ctx.hugepages, ctx.config, a, proc.resident_bytes if proc else 0)
 
     def _evidence(self, ctx: HostContext, facts: OomdFacts, exposure: Exposure) -> List[Evidence]:
         ev = [Evidence(facts.cgroup_source or "cgroup", facts.engine_cgroup or "")]

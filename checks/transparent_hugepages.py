@@ -70,7 +70,7 @@ class TransparentHugepages(Check):
                     f"configured: transparent_hugepage={pending[1]} in {pending[0]}; takes effect "
                     "after a reboot (THP is off until then)", evidence=evidence)
             arena = ctx.config.arena_bytes
-            pages = f" ({arena // 4096:,} 4 KiB pages instead of {arena // 2**21:,} 2 MiB ones)" \
+            pages = f" ({-(-arena // 4096):,} 4 KiB pages instead of {-(-arena // 2**21):,} 2 MiB ones)" \
                 if arena else ""
             return self.finding(
                 "never", Severity.WARNING,

@@ -120,6 +120,8 @@ class CmdlineHugepages:
     ``hugepages=`` value; ``hugepages=1:512,0:0`` gives one entry per node."""
     thp: Optional[str] = None
     """``transparent_hugepage=`` (always, madvise, never)."""
+    words: Tuple[str, ...] = ()
+    """The hugepage words as written (``hugepagesz=2M hugepages=0:24000``), for messages."""
 
     def count_for(self, size: int, default_size: int) -> Optional[int]:
         """Total pages of ``size`` the command line asks for; None when it names none."""
@@ -138,8 +140,11 @@ def parse_hugepage_cmdline(text: str) -> CmdlineHugepages:
     size: Optional[int] = None
     pools: List[Tuple[Optional[int], Optional[int], int]] = []
     thp: Optional[str] = None
+    words: List[str] = []
     for word in text.replace("\0", " ").replace('"', " ").split():
         key, _, value = word.partition("=")
+        if key in ("default_hugepagesz", "hugepagesz", "hugepages"):
+            words.append(word)
         if key == "default_hugepagesz":
             default_size = _kernel_size(value)
         elif key == "hugepagesz":
@@ -153,7 +158,7 @@ def parse_hugepage_cmdline(text: str) -> CmdlineHugepages:
                     pools.append((size, None, int(part)))
         elif key == "transparent_hugepage":
             thp = value or None
-    return CmdlineHugepages(default_size, tuple(pools), thp)
+    return CmdlineHugepages(default_size, tuple(pools), thp, tuple(words))
 
 
 def _kernel_size(text: str) -> Optional[int]:
@@ -190,6 +195,26 @@ def parse_maps_paths(text: str) -> Set[str]:
             continue
         paths.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path))
     return paths
+
+
+def parse_hugetlb_numa_maps(text: str) -> Dict[int, int]:
+    """Bytes of hugetlb pages per node in ``/proc/PID/numa_maps`` (its ``huge`` lines)."""
+    per_node: Dict[int, int] = {}
+    for line in text.replace("\0", "").splitlines():
+        words = line.split()
+        if "huge" not in words:
+            continue
+        page = 0
+        counts: List[Tuple[int, int]] = []
+        for word in words:
+            key, _, value = word.partition("=")
+            if key == "kernelpagesize_kB" and value.isdigit():
+                page = int(value) * 1024
+            elif key[:1] == "N" and key[1:].isdigit() and value.isdigit():
+                counts.append((int(key[1:]), int(value)))
+        for node, pages in counts:
+            per_node[node] = per_node.get(node, 0) + pages * (page or DEFAULT_PAGE)
+    return per_node
 
 
 def parse_passwd(text: str) -> Dict[int, str]:
@@ -308,6 +333,12 @@ class Holder:
     """Real uid."""
     bytes: int
     """Hugetlb memory it maps, in bytes."""
+    nodes: Tuple[Tuple[int, int], ...] = ()
+    """(node, bytes) of its hugetlb pages, from the ``huge`` lines of ``/proc/PID/numa_maps``."""
+
+    def pages_on(self, node: int, page_size: int) -> int:
+        """Its hugetlb pages on one node."""
+        return dict(self.nodes).get(node, 0) // page_size
 
 
 @dataclass(frozen=True)
@@ -465,7 +496,9 @@ def read_hugepages(root: Root, processes: Sequence[ProcessInfo]) -> HugepageFact
     mounts_text = root.read("/proc/mounts") or root.read("/proc/self/mounts") or ""
     mounts = parse_mounts(mounts_text)
     holders = tuple(sorted(
-        (Holder(p.pid, p.name, p.uid, p.hugetlb_bytes) for p in processes if p.hugetlb_bytes > 0),
+        (Holder(p.pid, p.name, p.uid, p.hugetlb_bytes,
+                tuple(sorted(parse_hugetlb_numa_maps(root.read(f"/proc/{p.pid}/numa_maps") or "").items())))
+         for p in processes if p.hugetlb_bytes > 0),
         key=lambda h: (-h.bytes, h.pid),
     ))
     hugetlbfs = _read_hugetlbfs(root, mounts, holders, processes, unreadable)
@@ -829,9 +862,12 @@ class MemoryProjection:
     available: int
     """Ordinary memory the engine can have: MemAvailable plus what the engine holds now."""
     need: int
-    """Ordinary memory the engine will take: arena (unless MAP_HUGETLB succeeds) + K/V."""
+    """Ordinary memory the engine will take: arena (unless MAP_HUGETLB succeeds) + K/V, or its
+    whole footprint now when that is larger (runtime, heap, CUDA context)."""
     headroom: int
     """The headroom to keep (``headroom:``)."""
+    footprint: bool = False
+    """Whether ``need`` is the running engine's footprint rather than arena + K/V."""
 
     @property
     def left(self) -> int:
@@ -848,7 +884,8 @@ class MemoryProjection:
         """The sum, with the host's numbers."""
         return (f"{format_bytes(self.available)} available (MemTotal {format_bytes(self.mem_total)}, "
                 f"{format_bytes(self.hugetlb)} in hugepage pools) - {format_bytes(self.need)} for "
-                f"the engine = {format_bytes(self.left)} left (headroom {format_bytes(self.headroom)})")
+                f"the engine{' (its footprint now)' if self.footprint else ''} = "
+                f"{format_bytes(self.left)} left (headroom {format_bytes(self.headroom)})")
 
 
 def project_memory(
@@ -865,9 +902,11 @@ def project_memory(
     engine_hugetlb = assessment.engine_pages * facts.page_size
     ordinary_held = max(0, engine_resident - engine_hugetlb)
     in_pool = assessment.uses_pool and not assessment.fails
-    need = config.kv_bytes + (0 if in_pool else config.arena_bytes)
+    pinned = config.kv_bytes + (0 if in_pool else config.arena_bytes)
+    # A running engine comes back with its whole footprint, not only arena + K/V.
+    need = max(pinned, ordinary_held)
     return MemoryProjection(total, facts.hugetlb_bytes, available + ordinary_held, need,
-                            config.headroom_bytes)
+                            config.headroom_bytes, footprint=need > pinned)
 
 
 # -- facts as data (for JSON) ----------------------------------------------------------------

@@ -4,51 +4,100 @@ Checks call these and attach the result to a finding; only the applier writes. T
 templates named here live in ``templates/``:
 
 - ``sysctl.conf.j2`` with ``settings`` (a tuple of ``(key, value, reason)``) and
-  ``finding`` (``check/finding-id``), written to ``/etc/sysctl.d/60-strata-doctor.conf``.
+  ``finding`` (``check/finding-id``), written to ``/etc/sysctl.d/60-strata-doctor.conf``,
+  or to a later name (``81-strata-doctor.conf``) when a file that sorts after 60 sets the
+  same key: sysctl.d(5) applies files in name order and the last assignment wins.
 - ``oomd-dropin.conf.j2`` with ``unit`` and ``finding``, written to
   ``/etc/systemd/system/<unit>.d/60-strata-doctor-oomd.conf``.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Sequence, Tuple
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from strata_doctor.memory import SysctlSetting, count, format_page_size, size_dir_name
+from strata_doctor.memory import SysctlConfig, SysctlSetting, count, format_page_size, size_dir_name
 from strata_doctor.model import FileChange, Fix, ManualStep, RuntimeAction, context_pairs
 
 SYSCTL_FILE = "/etc/sysctl.d/60-strata-doctor.conf"
 SYSCTL_NAME = "60-strata-doctor.conf"
+OWN_SUFFIX = "strata-doctor.conf"
 OOMD_DROPIN = "60-strata-doctor-oomd.conf"
 NODE_DIR = "/sys/devices/system/node"
 
 
-def sysctl_fix(
-    settings: Sequence[Tuple[str, str, str]], finding: str,
-    overriding: Sequence[SysctlSetting] = (),
-) -> Fix:
-    """Write ``/etc/sysctl.d/60-strata-doctor.conf`` and apply it now with ``sysctl``.
+def sysctl_placement(
+    settings: Sequence[Tuple[str, str, str]], config: Optional[SysctlConfig],
+) -> Tuple[str, Tuple[SysctlSetting, ...]]:
+    """Where the sysctl file must go to win, and the assignments no file name can outrank.
 
-    ``settings`` are ``(key, value, reason)``; ``overriding`` are assignments in files that
-    sysctl.d(5) applies after ours (a later name, or ``/etc/sysctl.conf``), which would undo
-    the fix at the next boot: the fix asks for them to be removed.
+    sysctl.d(5) applies every file in the lexicographic order of its name and the last
+    assignment wins, so ``60-strata-doctor.conf`` loses to an ``80-hugepages.conf`` that
+    sets the same key. The file then takes a name that sorts after every conflicting one
+    (``81-strata-doctor.conf``, else ``99-zz-strata-doctor.conf``). ``/etc/sysctl.conf``,
+    which ``sysctl --system`` applies after every sysctl.d file, cannot be outranked: its
+    conflicting lines are returned for a manual step.
     """
+    if config is None:
+        return SYSCTL_FILE, ()
+    wanted = {key: value for key, value, _ in settings}
+    later: List[str] = []
+    stuck: List[SysctlSetting] = []
+    for setting in config.settings:
+        if setting.key not in wanted or setting.value.strip() == wanted[setting.key]:
+            continue
+        name = os.path.basename(setting.path)
+        if setting.path == "/etc/sysctl.conf":
+            stuck.append(setting)
+        elif name.endswith(OWN_SUFFIX) and setting.path.startswith("/etc/sysctl.d/"):
+            continue  # our own file from an earlier apply: it is rewritten
+        elif name >= SYSCTL_NAME:
+            later.append(name)
+    if not later:
+        return SYSCTL_FILE, tuple(stuck)
+    last = max(later)
+    candidates = []
+    digits = last.split("-", 1)[0]
+    if digits.isdigit() and int(digits) < 99:
+        candidates.append(f"{int(digits) + 1:0{len(digits)}d}-{OWN_SUFFIX}")
+    candidates.append(f"99-zz-{OWN_SUFFIX}")
+    for name in candidates:
+        if name > last:
+            return f"/etc/sysctl.d/{name}", tuple(stuck)
+    beaten = tuple(s for s in config.settings if os.path.basename(s.path) in later)
+    return SYSCTL_FILE, tuple(stuck) + beaten
+
+
+def sysctl_fix(
+    settings: Sequence[Tuple[str, str, str]], finding: str, config: Optional[SysctlConfig] = None,
+) -> Fix:
+    """Write the sysctl.d file (``60-strata-doctor.conf`` unless a later file conflicts) and
+    apply it now with ``sysctl``.
+
+    ``settings`` are ``(key, value, reason)``; ``config`` is the host's sysctl.d state, used
+    to pick a file name that wins and to name the lines nothing can outrank.
+    """
+    path, overriding = sysctl_placement(settings, config)
     change = FileChange(
-        path=SYSCTL_FILE,
+        path=path,
         template="sysctl.conf.j2",
         context=context_pairs(settings=tuple(tuple(s) for s in settings), finding=finding),
     )
     actions = tuple(RuntimeAction("sysctl", key, value) for key, value, _ in settings)
     manual = tuple(
         ManualStep(
-            f"Remove `{s.key} = {s.value}` from {s.path}: it is applied after {SYSCTL_NAME} "
-            "(sysctl.d applies files in name order, /etc/sysctl.conf last) and would undo this "
-            "fix at the next boot."
+            f"Remove `{s.key} = {s.value}` from {s.path}: `sysctl --system` applies it after every "
+            f"sysctl.d file, so it would undo {os.path.basename(path)} the next time settings load."
         )
         for s in overriding
     )
     summary = ", ".join(f"{key} = {value}" for key, value, _ in settings)
+    if path != SYSCTL_FILE:
+        summary += f" in {path} (named to sort after the files that set it now)"
+    else:
+        summary += f" in {path}"
     return Fix(
-        summary=f"set {summary} in {SYSCTL_FILE} and apply it now",
+        summary=f"set {summary} and apply it now",
         files=(change,),
         actions=actions,
         manual=manual,
@@ -58,7 +107,7 @@ def sysctl_fix(
 
 def node_pool_fix(
     node: int, pages: int, page_size: int, other_nodes: Dict[int, int],
-    overriding: Sequence[SysctlSetting] = (),
+    overriding: Sequence[SysctlSetting] = (), boot_config: Sequence[Tuple[str, str]] = (),
 ) -> Fix:
     """Put the whole pool on one node: sysfs now, the kernel command line for the next boot.
 
@@ -75,12 +124,20 @@ def node_pool_fix(
     size_arg = f"{page_size // 1024**2}M" if page_size % 1024**2 == 0 else f"{page_size // 1024}K"
     if page_size % 1024**3 == 0:
         size_arg = f"{page_size // 1024**3}G"
+    wanted = f"hugepagesz={size_arg} hugepages={node}:{pages}"
     manual = [ManualStep(
-        f"To keep it after a reboot, add `hugepagesz={size_arg} hugepages={node}:{pages}` to the "
+        f"In {path}, replace `{words}` with `{wanted}` (then regenerate the boot configuration, "
+        "e.g. update-grub), or the old pool comes back at the next boot."
+    ) for path, words in boot_config]
+    manual.append(ManualStep(
+        f"To keep it after a reboot, add `{wanted}` to the "
         "kernel command line (per-node counts need Linux 5.16+; on older kernels write "
         f"{pages} to node{node}'s nr_hugepages from a oneshot unit at boot). vm.nr_hugepages "
         "cannot do this: it spreads the pool over every node."
-    )]
+    ) if not boot_config else ManualStep(
+        f"Per-node counts on the command line need Linux 5.16+; on older kernels write {pages} to "
+        f"node{node}'s nr_hugepages from a oneshot unit at boot instead."
+    ))
     manual.extend(
         ManualStep(f"Remove `{s.key} = {s.value}` from {s.path}: at boot it would spread the pool "
                    "over every node again.")

@@ -529,6 +529,12 @@ class OomdFacts:
                         else self.settings.pressure_duration)
         return limit, duration
 
+    def kills_under(self, paths: Sequence[str]) -> Tuple[OomdKill, ...]:
+        """Kills of cgroups inside any of ``paths`` (the cgroups oomd watches)."""
+        roots = [p.rstrip("/") for p in paths]
+        return tuple(k for k in self.kills
+                     if any(k.cgroup.startswith(f"{r}/") or k.cgroup == r or r == "" for r in roots))
+
     def engine_kills(self) -> Tuple[OomdKill, ...]:
         """Kills of the engine's cgroup (or one inside it, or one named after its unit)."""
         result = []
