@@ -93,8 +93,9 @@ class NumaTopology(Check):
     def _socket_groups(self, ctx: HostContext) -> List[str]:
         lines = []
         cpu = ctx.cpu
+        node_packages = [(n.id, cpu.packages_in(n.cpus)) for n in ctx.numa.cpu_nodes]
         for pkg in sorted({p for _, p in cpu.package_of}):
-            nodes = [n.id for n in ctx.numa.cpu_nodes if pkg in cpu.packages_in(n.cpus)]
+            nodes = [node_id for node_id, packages in node_packages if pkg in packages]
             if len(nodes) > 1:
                 lines.append(
                     f"Socket {pkg} is split into sub-nodes {','.join(map(str, nodes))} (SNC/NPS)."

@@ -186,10 +186,11 @@ def _overlap_quirks(nodes: List[NumaNode]) -> List[str]:
 
 def _symmetry_quirks(nodes: List[NumaNode]) -> List[str]:
     quirks = []
+    rows = {n.id: dict(n.distances) for n in nodes}
     for a in nodes:
         for b in nodes:
             if a.id < b.id:
-                ab, ba = a.distance_to(b.id), b.distance_to(a.id)
+                ab, ba = rows[a.id].get(b.id), rows[b.id].get(a.id)
                 if ab is not None and ba is not None and ab != ba:
                     quirks.append(f"distance node{a.id}->node{b.id} is {ab} but back is {ba}")
     return quirks
