@@ -41,7 +41,7 @@ import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -301,7 +301,9 @@ def _customise(root: Path, sudo: List[str], log: Log) -> None:
         "> etc/systemd/journald.conf.d/10-strata-vm.conf",
         "mkdir -p dev/hugepages mnt/huge",
     ]
-    _run([*sudo, "bash", "-c", "\n".join(script), "customise", str(root), str(staging)], log)
+    log("+ customise: prune, /init -> systemd, runner unit, masks")
+    subprocess.run([*sudo, "bash", "-c", "\n".join(script), "customise", str(root), str(staging)],
+                   check=True)
     shutil.rmtree(staging)
 
 
@@ -314,7 +316,7 @@ class Cpio:
     def __init__(self) -> None:
         self.buf = io.BytesIO()
         self.ino = 1000
-        self.dirs: set = set()
+        self.dirs: Set[str] = set()
 
     def _entry(self, name: str, mode: int, data: bytes = b"") -> None:
         self.ino += 1

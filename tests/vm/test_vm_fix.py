@@ -58,7 +58,7 @@ def share_on(data: Dict[str, Any], nodes: Iterable[int]) -> float:
     pages = data["buffer_pages_per_node"]
     total = sum(pages.values())
     assert total * 4096 >= data["buffer_bytes"] * 0.9, data
-    return sum(pages.get(str(n), 0) for n in nodes) / total
+    return float(sum(pages.get(str(n), 0) for n in nodes) / total)
 
 
 def assert_bound(t: Topology, nodes: FrozenSet[int], data: Dict[str, Any]) -> None:

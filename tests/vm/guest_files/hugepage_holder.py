@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+from typing import List
 
 MAP_HUGETLB = 0x40000
 
@@ -30,7 +31,7 @@ def touch(buf: mmap.mmap, size: int, step: int) -> None:
         buf[off] = 1
 
 
-def main(argv: list) -> int:
+def main(argv: List[str]) -> int:
     psize = page_size()
     if argv[1] == "anon":
         n, ready = int(argv[2]), argv[3]
