@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import FrozenSet, Iterator, List, Optional, Tuple
 
 from strata_doctor.binding import plan_for
 from strata_doctor.context import HostContext
 from strata_doctor.model import Evidence, Finding, Severity
-from strata_doctor.parse import format_cpulist
+from strata_doctor.parse import format_cpulist, parse_cpulist
 from strata_doctor.processes import read_uptime
 from strata_doctor.registry import Check
+from strata_doctor.units import unit_settings
 
 TOP = 5
+FENCED_UNITS = (("system.slice", "Slice"), ("user.slice", "Slice"), ("init.scope", "Scope"))
+"""The top-level units whose AllowedCPUs= keep everything but the engine off its node."""
 
 
 class CpuContention(Check):
@@ -51,6 +54,18 @@ class CpuContention(Check):
                 f"no other process may run on node {node_text}'s CPUs",
             )
             return
+        fenced = self._configured_fence(ctx, plan.cpus)
+        if fenced:
+            yield self.finding(
+                "configured", Severity.INFO,
+                f"node {node_text} is reserved in the unit files ({fenced}); "
+                f"{len(others)} processes still run there until `systemctl daemon-reload`",
+                evidence=tuple(
+                    Evidence(path, f"AllowedCPUs={value}")
+                    for path, value in self._fence_sources(ctx)
+                ),
+            )
+            return
         load = sum(p.cpu_share(uptime) for p in others)
         top = sorted(others, key=lambda p: p.cpu_share(uptime), reverse=True)[:TOP]
         names = ", ".join(f"{p.name} ({p.pid}) {p.cpu_share(uptime):.2f}" for p in top)
@@ -64,3 +79,22 @@ class CpuContention(Check):
             evidence=(Evidence("/proc/*/status", f"{len(others)} processes with Cpus_allowed_list "
                                f"overlapping {format_cpulist(plan.cpus)}"),),
         )
+
+    def _fence_sources(self, ctx: HostContext) -> List[Tuple[str, str]]:
+        found = []
+        for unit, section in FENCED_UNITS:
+            setting = unit_settings(ctx.root, unit, section).get("AllowedCPUs")
+            if setting:
+                found.append((setting[1], setting[0]))
+        return found
+
+    def _configured_fence(self, ctx: HostContext, cpus: FrozenSet[int]) -> str:
+        """'system.slice, user.slice, init.scope on CPUs X' when all three are fenced off."""
+        sources = self._fence_sources(ctx)
+        if len(sources) < len(FENCED_UNITS):
+            return ""
+        allowed = [parse_cpulist(",".join(value.split())) for _, value in sources]
+        if any(not a or a & cpus for a in allowed):
+            return ""
+        return f"system.slice, user.slice and init.scope on CPUs {format_cpulist(allowed[0])}"
+

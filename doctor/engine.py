@@ -21,6 +21,7 @@ from strata_doctor.parse import (
     parse_status,
 )
 from strata_doctor.root import Command, CommandResult, Root, command_key
+from strata_doctor.units import parse_ini, unit_file_paths
 
 DEFAULT_CONFIG = "/etc/strata-doctor.yaml"
 DEFAULT_UNIT = "strata.service"
@@ -32,8 +33,6 @@ UNIT_PROPERTIES = (
     "ManagedOOMMemoryPressure,ManagedOOMSwap,ManagedOOMPreference,MemoryHigh,MemoryMax,"
     "ExecMainStatus"
 )
-UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system",
-             "/lib/systemd/system")
 
 
 class ConfigError(Exception):
@@ -276,18 +275,8 @@ class UnitBinding:
 
 
 def read_configured_binding(root: Root, unit: str) -> UnitBinding:
-    """Merge the unit file and its ``UNIT.d/*.conf`` drop-ins, as systemd would on reload."""
-    files: List[str] = []
-    for directory in UNIT_DIRS:
-        if root.read(f"{directory}/{unit}") is not None:
-            files.append(f"{directory}/{unit}")
-            break
-    dropins: Dict[str, str] = {}
-    for directory in reversed(UNIT_DIRS):
-        for name in root.listdir(f"{directory}/{unit}.d"):
-            if name.endswith(".conf"):
-                dropins[name] = f"{directory}/{unit}.d/{name}"
-    files.extend(dropins[name] for name in sorted(dropins))
+    """Merge the unit file and its drop-ins, as systemd would on reload."""
+    files = unit_file_paths(root, unit)
     binding = UnitBinding(files=tuple(files))
     for path in files:
         binding = _merge_service_section(binding, root.read(path) or "")
@@ -318,19 +307,7 @@ def _cpu_set(value: str) -> FrozenSet[int]:
 
 
 def _service_items(text: str) -> List[Tuple[str, str]]:
-    items: List[Tuple[str, str]] = []
-    section = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-            continue
-        if section == "Service" and "=" in line:
-            key, _, value = line.partition("=")
-            items.append((key.strip(), value.strip()))
-    return items
+    return [(key, value) for section, key, value in parse_ini(text) if section == "Service"]
 
 
 def _numactl_prefix(exec_start: str) -> Optional[str]:

@@ -12,10 +12,11 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, FrozenSet, List, Optional, Tuple
 
-from strata_doctor.engine import DEFAULT_UNIT, UNIT_DIRS, UnitState
+from strata_doctor.engine import DEFAULT_UNIT, UnitState
 from strata_doctor.model import FileChange, Fix, ManualStep, RuntimeAction, context_pairs
 from strata_doctor.parse import format_cpulist
 from strata_doctor.root import Command, Root
+from strata_doctor.units import unit_setting
 
 if TYPE_CHECKING:
     from strata_doctor.binding import BindingPlan
@@ -213,21 +214,8 @@ def binding_fix_for(ctx: HostContext, plan: BindingPlan) -> Fix:
 
 
 def unit_exec_start(root: Root, unit: str) -> Optional[str]:
-    """The last ``ExecStart=`` of the unit file (the first one found along the unit path)."""
-    for directory in UNIT_DIRS:
-        text = root.read(f"{directory}/{unit}")
-        if text is None:
-            continue
-        found: Optional[str] = None
-        section = ""
-        for raw in text.splitlines():
-            line = raw.strip()
-            if line.startswith("[") and line.endswith("]"):
-                section = line[1:-1]
-            elif section == "Service" and line.startswith("ExecStart="):
-                found = line.partition("=")[2].strip() or None
-        return found
-    return None
+    """The ``ExecStart=`` in effect after the unit file and its drop-ins are merged."""
+    return unit_setting(root, unit, "Service", "ExecStart")
 
 
 def reserve_node_fix(ctx: HostContext, plan: BindingPlan, finding: str) -> Tuple[Optional[Fix], str]:

@@ -23,10 +23,11 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from strata_doctor.engine import UNIT_DIRS, UnitState, read_unit, unit_command
+from strata_doctor.engine import UnitState, read_unit, unit_command
 from strata_doctor.parse import parse_meminfo
 from strata_doctor.processes import ProcessInfo
 from strata_doctor.root import Command, CommandResult, Root
+from strata_doctor.units import parse_ini, unit_file_paths
 
 OOMD_UNIT = "systemd-oomd.service"
 OOMCTL_DUMP = Command("oomctl-dump", ("oomctl", "dump"))
@@ -78,23 +79,6 @@ def parse_timespan(text: str) -> Optional[float]:
             return None
         total += float(number) * _SPAN_UNITS[unit]
     return total
-
-
-def parse_ini(text: str) -> List[Tuple[str, str, str]]:
-    """(section, key, value) of a systemd-style INI file, in order."""
-    items: List[Tuple[str, str, str]] = []
-    section = ""
-    for raw in text.replace("\0", "").splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1].strip()
-            continue
-        key, sep, value = line.partition("=")
-        if sep:
-            items.append((section, key.strip(), value.strip()))
-    return items
 
 
 @dataclass(frozen=True)
@@ -263,48 +247,6 @@ def cgroup_units(cgroup: str) -> List[Tuple[str, str]]:
             units.append((name, "/" + "/".join(parts[:i])))
     units.append(("-.slice", "/"))
     return units
-
-
-# -- unit files on disk -------------------------------------------------------------------
-def unit_file_paths(root: Root, unit: str) -> List[str]:
-    """The unit's file and drop-ins in the order systemd applies them.
-
-    Drop-in directories from general to specific: ``<type>.d`` (systemd 246+), dash
-    prefixes (``user-.slice.d``), the template (``user@.service.d``), the unit itself; a
-    drop-in of the same name in a more specific directory (or in /etc over /run over
-    /usr/lib) replaces the other; the survivors apply in name order.
-    """
-    name, _, kind = unit.rpartition(".")
-    candidates = [unit]
-    template = None
-    if "@" in name:
-        template = name.split("@", 1)[0] + "@." + kind
-        candidates.append(template)
-    files: List[str] = []
-    for cand in candidates:
-        for directory in UNIT_DIRS:
-            if root.read(f"{directory}/{cand}") is not None:
-                files.append(f"{directory}/{cand}")
-                break
-        if files:
-            break
-    levels = [f"{kind}.d"]
-    dashed = name.split("-")
-    levels += ["-".join(dashed[:i]) + "-." + kind + ".d" for i in range(1, len(dashed))
-               if name != "-"]
-    if template:
-        levels.append(template + ".d")
-    levels.append(unit + ".d")
-    chosen: Dict[str, str] = {}
-    for level in levels:
-        found: Dict[str, str] = {}
-        for directory in reversed(UNIT_DIRS):
-            for entry in root.listdir(f"{directory}/{level}"):
-                if entry.endswith(".conf"):
-                    found[entry] = f"{directory}/{level}/{entry}"
-        chosen.update(found)
-    files.extend(chosen[n] for n in sorted(chosen))
-    return files
 
 
 @dataclass(frozen=True)

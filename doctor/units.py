@@ -1,0 +1,97 @@
+"""systemd unit files on disk: where a unit's file and drop-ins are, and what they say.
+
+This is the configured state, which may differ from what ``systemctl show`` reports until
+the next ``systemctl daemon-reload``: checks read both, so a fix that is written but not
+yet in effect shows as pending.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+from strata_doctor.root import Root
+
+UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system",
+             "/lib/systemd/system")
+"""Unit directories, most specific first."""
+
+
+def parse_ini(text: str) -> List[Tuple[str, str, str]]:
+    """(section, key, value) of a systemd-style INI file, in order."""
+    items: List[Tuple[str, str, str]] = []
+    section = ""
+    for raw in text.replace("\0", "").splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+            continue
+        key, sep, value = line.partition("=")
+        if sep:
+            items.append((section, key.strip(), value.strip()))
+    return items
+
+
+def unit_file_paths(root: Root, unit: str) -> List[str]:
+    """The unit's file and drop-ins in the order systemd applies them.
+
+    Drop-in directories from general to specific: ``<type>.d`` (systemd 246+), dash
+    prefixes (``user-.slice.d``), the template (``user@.service.d``), the unit itself; a
+    drop-in of the same name in a more specific directory (or in /etc over /run over
+    /usr/lib) replaces the other; the survivors apply in name order.
+    """
+    name, _, kind = unit.rpartition(".")
+    candidates = [unit]
+    template = None
+    if "@" in name:
+        template = name.split("@", 1)[0] + "@." + kind
+        candidates.append(template)
+    files: List[str] = []
+    for cand in candidates:
+        for directory in UNIT_DIRS:
+            if root.read(f"{directory}/{cand}") is not None:
+                files.append(f"{directory}/{cand}")
+                break
+        if files:
+            break
+    levels = [f"{kind}.d"]
+    dashed = name.split("-")
+    levels += ["-".join(dashed[:i]) + "-." + kind + ".d" for i in range(1, len(dashed))
+               if name != "-"]
+    if template:
+        levels.append(template + ".d")
+    levels.append(unit + ".d")
+    chosen: Dict[str, str] = {}
+    for level in levels:
+        found: Dict[str, str] = {}
+        for directory in reversed(UNIT_DIRS):
+            for entry in root.listdir(f"{directory}/{level}"):
+                if entry.endswith(".conf"):
+                    found[entry] = f"{directory}/{level}/{entry}"
+        chosen.update(found)
+    files.extend(chosen[n] for n in sorted(chosen))
+    return files
+
+
+def unit_settings(root: Root, unit: str, section: str) -> Dict[str, Tuple[str, str]]:
+    """``key -> (value, file)`` of one section, merged as systemd merges on reload.
+
+    A later file's assignment wins; an empty assignment resets the key.
+    """
+    merged: Dict[str, Tuple[str, str]] = {}
+    for path in unit_file_paths(root, unit):
+        for found_section, key, value in parse_ini(root.read(path) or ""):
+            if found_section != section:
+                continue
+            if value:
+                merged[key] = (value, path)
+            else:
+                merged.pop(key, None)
+    return merged
+
+
+def unit_setting(root: Root, unit: str, section: str, key: str) -> Optional[str]:
+    """One merged setting's value, or None when no file sets it."""
+    found = unit_settings(root, unit, section).get(key)
+    return found[0] if found else None
