@@ -27,7 +27,7 @@ from strata_doctor.facts import (
 from strata_doctor.memory import HugepageFacts, ThpFacts, detect_container, read_hugepages, read_thp
 from strata_doctor.oomd import OomdFacts, read_oomd
 from strata_doctor.parse import format_cpulist
-from strata_doctor.processes import ProcessInfo, read_processes
+from strata_doctor.processes import ProcessInfo, find_engine_pid, read_processes
 from strata_doctor.root import Root
 
 
@@ -90,9 +90,17 @@ class HostContext:
         return read_configured_binding(self.root, self.config.unit)
 
     @cached_property
+    def engine_pid(self) -> Optional[int]:
+        """The engine's PID: its unit's MainPID, else (no loaded unit: started by hand or
+        from a desktop session) a process whose command line names the engine."""
+        if self.unit.main_pid or self.unit.loaded:
+            return self.unit.main_pid
+        return find_engine_pid(self.root, self.processes, self.config.unit)
+
+    @cached_property
     def engine_process(self) -> Optional[EngineProcess]:
-        """The running engine, when its unit has a main PID that still exists."""
-        pid = self.unit.main_pid
+        """The running engine, when its PID is known and still exists."""
+        pid = self.engine_pid
         return read_process(self.root, pid) if pid else None
 
     @cached_property
@@ -123,7 +131,7 @@ class HostContext:
     @cached_property
     def oomd(self) -> OomdFacts:
         """systemd-oomd and the engine's cgroup under it."""
-        pid = self.unit.main_pid if self.engine_process else None
+        pid = self.engine_pid if self.engine_process else None
         return read_oomd(self.root, self.unit, pid, self.processes, detect_container(self.root))
 
 

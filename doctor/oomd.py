@@ -512,8 +512,6 @@ def read_oomd(
         + "): oomd's pressure monitoring cannot work")
 
     pid = engine_pid
-    if pid is None and not engine_unit.loaded:
-        pid = find_engine_pid(root, processes, engine_unit.name)
     cgroup: Optional[str] = None
     source = ""
     v1_seen = False
@@ -568,26 +566,6 @@ def slice_path(slice_name: str) -> str:
     stem = slice_name[: -len(".slice")] if slice_name.endswith(".slice") else slice_name
     parts = stem.split("-")
     return "".join("/" + "-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
-
-
-def find_engine_pid(root: Root, processes: Sequence[ProcessInfo], unit: str) -> Optional[int]:
-    """The engine's PID when it is not a loaded system unit (e.g. run from a desktop).
-
-    Looks for a process whose command line names the unit's stem (``strata``) or the
-    seed's ``serve/server.py``; the one with the most hugetlb pages, then the oldest, wins.
-    """
-    stem = unit.rsplit(".", 1)[0]
-    word = re.compile(rf"(^|[/\s]){re.escape(stem)}([\s.:_-]|$)")
-    found: List[Tuple[int, float, int]] = []
-    for proc in processes:
-        if proc.kernel_thread:
-            continue
-        cmdline = (root.read(f"/proc/{proc.pid}/cmdline") or "").replace("\0", " ").strip()
-        if "strata-doctor" in cmdline or "strata_doctor" in cmdline:
-            continue
-        if word.search(cmdline) or "serve/server.py" in cmdline or proc.name == stem:
-            found.append((-proc.hugetlb_bytes, proc.start_seconds, proc.pid))
-    return min(found)[2] if found else None
 
 
 def cgroup_v2(root: Root, v1_seen: bool = False) -> Optional[bool]:

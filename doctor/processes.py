@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from strata_doctor.parse import parse_cpulist, parse_int, parse_status
 from strata_doctor.root import Root
@@ -124,3 +124,23 @@ def read_uptime(root: Root) -> Optional[float]:
         return float(words[0]) if words else None
     except ValueError:
         return None
+
+
+def find_engine_pid(root: Root, processes: Sequence[ProcessInfo], unit: str) -> Optional[int]:
+    """The engine's PID when it is not a loaded system unit (e.g. run from a desktop).
+
+    Looks for a process whose command line names the unit's stem (``strata``) or the
+    seed's ``serve/server.py``; the one with the most hugetlb pages, then the oldest, wins.
+    """
+    stem = unit.rsplit(".", 1)[0]
+    word = re.compile(rf"(^|[/\s]){re.escape(stem)}([\s.:_-]|$)")
+    found: List[Tuple[int, float, int]] = []
+    for proc in processes:
+        if proc.kernel_thread:
+            continue
+        cmdline = (root.read(f"/proc/{proc.pid}/cmdline") or "").replace("\0", " ").strip()
+        if "strata-doctor" in cmdline or "strata_doctor" in cmdline:
+            continue
+        if word.search(cmdline) or "serve/server.py" in cmdline or proc.name == stem:
+            found.append((-proc.hugetlb_bytes, proc.start_seconds, proc.pid))
+    return min(found)[2] if found else None
