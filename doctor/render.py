@@ -10,7 +10,7 @@ import textwrap
 from typing import Any, Dict, List, Optional, Sequence
 
 from strata_doctor import __version__
-from strata_doctor.context import HostContext
+from strata_doctor.context import HostContext, place_gpu
 from strata_doctor.model import CheckResult, Finding, Fix, Severity
 from strata_doctor.parse import format_cpulist
 
@@ -114,10 +114,7 @@ def gpus_data(ctx: HostContext) -> List[Dict[str, Any]]:
     rows = []
     for gpu in ctx.gpus:
         chosen = gpu.address == compute
-        node = placement.node if chosen and placement else gpu.numa_node_raw
-        source = placement.node_source if chosen and placement else "numa_node"
-        if not chosen and (node is None or node < 0):
-            node, source = None, "none"
+        node, source, _ = place_gpu(gpu, ctx.numa)
         rows.append({
             "address": gpu.address,
             "vendor": f"{gpu.vendor:04x}" if gpu.vendor is not None else None,

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from strata_doctor import __version__
 from strata_doctor.binding import assess, plan_for
-from strata_doctor.context import HostContext
+from strata_doctor.context import HostContext, place_gpu
 from strata_doctor.engine import EngineConfig
 from strata_doctor.facts import Gpu, normalize_address
 from strata_doctor.fixes import numactl_line
@@ -472,8 +472,7 @@ def gpu_lines(ctx: HostContext) -> Tuple[GpuLine, ...]:
     lines = []
     for gpu in ctx.gpus:
         chosen = gpu.address == compute
-        node, source = (placement.node, placement.node_source) if chosen and placement else (
-            (gpu.numa_node_raw, "numa_node") if (gpu.numa_node_raw or -1) >= 0 else (None, "none"))
+        node, source, _ = place_gpu(gpu, ctx.numa)
         role = (f"compute GPU: {placement.choice_reason}" if chosen and placement
                 else "boot display" if gpu.boot_vga else "")
         found = smi.get(normalize_address(gpu.address))
