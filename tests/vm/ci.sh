@@ -107,7 +107,8 @@ if [ "$left" -lt 300 ]; then
     say "FAILED: only ${left}s of the ${BUDGET}s budget left for the tests"
     exit 1
 fi
-say "running (budget ${left}s; artifacts in tests/vm/artifacts/)"
+artifacts=${STRATA_VM_ARTIFACTS:-tests/vm/artifacts}
+say "running (budget ${left}s; artifacts in $artifacts/)"
 STRATA_VM_CACHE="$cache" timeout --signal=INT --kill-after=30 "$left" \
     "$PYTHON" -m pytest -m vm tests/vm -q -p no:cacheprovider
 rc=$?
@@ -121,6 +122,6 @@ elif [ $rc -eq 5 ]; then
     say "FAILED: no vm tests were collected"
     rc=1
 else
-    say "FAILED (exit $rc) after ${elapsed}s; see tests/vm/artifacts/ for the guest consoles"
+    say "FAILED (exit $rc) after ${elapsed}s; see $artifacts/ for the guest consoles"
 fi
 exit $rc

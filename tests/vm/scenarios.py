@@ -117,6 +117,20 @@ def raw_facts() -> str:
     )
 
 
+# What fix writes to (and revert must restore): every path, mode and content.
+FIX_TARGETS = "/etc/systemd /etc/sysctl.d /usr/local/bin"
+
+
+def tree_state() -> str:
+    """One line per path under FIX_TARGETS: type, mode, and sha256 of regular files."""
+    return (
+        f"find {FIX_TARGETS} -xdev \\( -type f -o -type l -o -type d \\) "
+        "-printf '%y %m %p -> %l\\n' | sort | while read -r kind mode path rest; do "
+        'if [ "$kind" = f ]; then echo "$kind $mode $path $(sha256sum < "$path" | cut -c1-64)"; '
+        'else echo "$kind $mode $path $rest"; fi; done'
+    )
+
+
 def common_steps(t: Topology) -> List[Step]:
     return [
         Step("raw", raw_facts()),
@@ -130,6 +144,7 @@ def binding_steps(t: Topology, reserve: bool) -> List[Step]:
     """fix --apply, the stub bound; then fix --revert, the stub unbound again."""
     steps = [
         Step("stub-before", stub_run()),
+        Step("files-before", tree_state()),
         Step("apply", doctor("fix --apply --yes", t)),
         Step("dropins-after-apply",
              f"systemctl show {UNIT} -p NUMAPolicy -p NUMAMask -p CPUAffinity -p AllowedCPUs "
@@ -141,6 +156,7 @@ def binding_steps(t: Topology, reserve: bool) -> List[Step]:
         Step("check-after-apply", doctor("check --format json", t)),
         Step("apply-again", doctor("fix --apply --yes", t)),
         Step("revert", doctor("fix --revert --yes", t)),
+        Step("files-after-revert", tree_state()),
         Step("stub-reverted", stub_run()),
     ]
     if reserve:
@@ -151,6 +167,7 @@ def binding_steps(t: Topology, reserve: bool) -> List[Step]:
             Step("slices-reserved", slice_cpus()),
             Step("daemons-reserved", status_of("systemd-journal dbus-daemon systemd-oomd systemd-logind")),
             Step("revert-reserve", doctor("fix --revert --yes", t)),
+            Step("files-after-revert-reserve", tree_state()),
             Step("slices-after-revert", slice_cpus()),
             Step("stub-after-revert", stub_run()),
         ]

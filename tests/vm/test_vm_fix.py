@@ -123,6 +123,17 @@ def test_revert_unbinds_after_daemon_reload(guests: Guests, name: str) -> None:
     assert after["buffer_policy"] == "default"
 
 
+@pytest.mark.parametrize("name", sorted(BOUND))
+def test_revert_restores_the_files(guests: Guests, name: str) -> None:
+    """Every path, mode and content under /etc/systemd, /etc/sysctl.d and /usr/local/bin."""
+    result = guests.get(name)
+    before = result.step("files-before")
+    assert before.rc == 0 and before.stdout.strip(), before.describe()
+    assert result.step("files-after-revert").stdout == before.stdout
+    if name == "seed":
+        assert result.step("files-after-revert-reserve").stdout == before.stdout
+
+
 def test_reserve_node_moves_everyone_else_off(guests: Guests) -> None:
     t = TOPOLOGIES["seed"]
     node = gpu_node(t)
