@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 from strata_doctor.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
+UPDATE_GOLDEN = os.environ.get("STRATA_UPDATE_GOLDEN") == "1"
 HOSTS = REPO / "tests" / "fixtures" / "hosts"
 SHARED = REPO.parent / "shared"
 
@@ -77,3 +78,13 @@ def run_cli(args: List[str], env: Optional[Dict[str, str]] = None) -> Result:
     except TypeError:  # click 8.2+ always keeps them apart
         runner = CliRunner()
     return runner.invoke(main, args, env=env, catch_exceptions=False)
+
+
+def compare_golden(path: Path, actual: str) -> None:
+    """Compare with a golden file; ``STRATA_UPDATE_GOLDEN=1`` rewrites it for review."""
+    if UPDATE_GOLDEN or not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(actual)
+        if not UPDATE_GOLDEN:
+            pytest.fail(f"{path} did not exist; written now, review and commit it")
+    assert actual == path.read_text(), f"{path} differs; rerun with STRATA_UPDATE_GOLDEN=1"

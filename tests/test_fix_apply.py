@@ -22,11 +22,10 @@ from strata_doctor import apply as applier
 from strata_doctor.apply import ApplyError, apply_plan, revert_last
 from strata_doctor.cli import run_selected
 from strata_doctor.plan import PlanOptions, build_plan
-from tests.conftest import HOSTS, REPO, run_cli
+from tests.conftest import HOSTS, REPO, compare_golden, run_cli
 from tests.test_fix_hosts import SYNTHETIC, Entry, context_for, make_host, snapshot
 
 GOLDEN = REPO / "tests" / "golden" / "fix"
-UPDATE = os.environ.get("STRATA_UPDATE_GOLDEN") == "1"
 FIXTURES = sorted(p.name for p in HOSTS.iterdir() if p.is_dir()) if HOSTS.is_dir() else []
 STATE = "var/lib/strata-doctor"
 
@@ -49,13 +48,7 @@ def _generated(before: Dict[str, Entry], after: Dict[str, Entry]) -> str:
 
 
 def _compare_golden(name: str, actual: str) -> None:
-    path = GOLDEN / f"{name}.txt"
-    if UPDATE or not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(actual)
-        if not UPDATE:
-            pytest.fail(f"{path} did not exist; written now, review and commit it")
-    assert actual == path.read_text(), f"{path} differs; rerun with STRATA_UPDATE_GOLDEN=1"
+    compare_golden(GOLDEN / f"{name}.txt", actual)
 
 
 def _round_trip(tree: Path, extra: List[str], golden: str) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
 import re
 import tarfile
 from pathlib import Path
@@ -19,10 +18,9 @@ from typing import Dict, List
 import pytest
 
 from strata_doctor.report import parse_smi_query
-from tests.conftest import HOSTS, REPO, UNBOUND_UNIT, run_cli, two_node_files, write_tree
+from tests.conftest import HOSTS, REPO, UNBOUND_UNIT, compare_golden, run_cli, two_node_files, write_tree
 
 GOLDEN = REPO / "tests" / "golden" / "report"
-UPDATE = os.environ.get("STRATA_UPDATE_GOLDEN") == "1"
 GOLDEN_HOSTS = ("seed-box", "desktop-1s", "vm-gpu-nonuma")
 DEVICE = "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0"
 
@@ -102,34 +100,19 @@ def archive_views(path: Path) -> Dict[str, bytes]:
 
 
 # -- golden Markdown ---------------------------------------------------------------
-def _compare(path: Path, actual: str) -> None:
-    if UPDATE or not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(actual)
-        if not UPDATE:
-            pytest.fail(f"{path} did not exist; written now, review and commit it")
-    assert actual == path.read_text(), f"{path} differs; rerun with STRATA_UPDATE_GOLDEN=1"
-
-
 @pytest.mark.parametrize("host", GOLDEN_HOSTS)
 def test_golden_markdown(host: str) -> None:
     if not (HOSTS / host).is_dir():
         pytest.skip(f"fixture host {host} is not in tests/fixtures/hosts")
     result = run_cli(["report", "--root", str(HOSTS / host)])
     assert result.exit_code == 0, result.stderr
-    golden = GOLDEN / f"{host}.md"
-    if not golden.exists() and not UPDATE:
-        # A fixture host that arrived after its golden report: write it for review.
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(result.stdout)
-        pytest.skip(f"{golden} written now; review and commit it")
-    _compare(golden, result.stdout)
+    compare_golden(GOLDEN / f"{host}.md", result.stdout)
 
 
 def test_planted_host_golden(planted_host: Path) -> None:
     result = run_cli(["report", "--root", str(planted_host), "--arena", "10GiB", "--kv", "1GiB"])
     assert result.exit_code == 0, result.stderr
-    _compare(GOLDEN / "planted-two-node.md", result.stdout)
+    compare_golden(GOLDEN / "planted-two-node.md", result.stdout)
 
 
 # -- shape and formats -------------------------------------------------------------
