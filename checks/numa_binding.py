@@ -131,7 +131,11 @@ class NumaBinding(Check):
             if node is None:
                 continue
             local = node.distance_to(node.id)
-            far = [d for other, d in node.distances if other not in plan.mem_nodes and d]
+            # Unbound, first touch lands on the nodes the pool's threads run on: CPU nodes
+            # only. A memory-only node (CXL, HBM) is not where the spread goes.
+            cpu_nodes = {n.id for n in numa.cpu_nodes}
+            far = [d for other, d in node.distances
+                   if other not in plan.mem_nodes and other in cpu_nodes and d]
             if local and far:
                 ratios.append((max(far), local))
         return max(ratios) if ratios else None

@@ -76,7 +76,11 @@ class NumaTopology(Check):
         numa = ctx.numa
         cpu_nodes = numa.cpu_nodes
         local = min((d for n in cpu_nodes for o, d in n.distances if o == n.id), default=10)
-        remote = max((d for n in cpu_nodes for o, d in n.distances if o != n.id and d), default=0)
+        cpu_ids = {n.id for n in cpu_nodes}
+        remote = max(
+            (d for n in cpu_nodes for o, d in n.distances if o != n.id and o in cpu_ids and d),
+            default=0,
+        )
         parts = [
             f"node{n.id}: {format_cpulist(n.cpus) or 'no CPUs'}, {_memory(n.memory_total)}"
             for n in numa.nodes

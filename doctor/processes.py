@@ -133,10 +133,11 @@ def find_engine_pid(root: Root, processes: Sequence[ProcessInfo], unit: str) -> 
     seed's ``serve/server.py``; the one with the most hugetlb pages, then the oldest, wins.
     """
     stem = unit.rsplit(".", 1)[0]
+    own = _own_lineage(root, processes)
     word = re.compile(rf"(^|[/\s]){re.escape(stem)}([\s.:_-]|$)")
     found: List[Tuple[int, float, int]] = []
     for proc in processes:
-        if proc.kernel_thread:
+        if proc.kernel_thread or proc.pid in own:
             continue
         cmdline = (root.read(f"/proc/{proc.pid}/cmdline") or "").replace("\0", " ").strip()
         if "strata-doctor" in cmdline or "strata_doctor" in cmdline:
@@ -144,3 +145,19 @@ def find_engine_pid(root: Root, processes: Sequence[ProcessInfo], unit: str) -> 
         if word.search(cmdline) or "serve/server.py" in cmdline or proc.name == stem:
             found.append((-proc.hugetlb_bytes, proc.start_seconds, proc.pid))
     return min(found)[2] if found else None
+
+
+def _own_lineage(root: Root, processes: Sequence[ProcessInfo]) -> FrozenSet[int]:
+    """On a live host, this process and its ancestors: a shell or unit that runs the
+    doctor (``strata-vm-runner``) is not the engine, even if its name says strata."""
+    if not root.live:
+        return frozenset()
+    import os
+
+    parents = {p.pid: p.ppid for p in processes}
+    lineage, pid = set(), os.getpid()
+    while pid > 1 and pid not in lineage:
+        lineage.add(pid)
+        pid = parents.get(pid, 0)
+    return frozenset(lineage)
+

@@ -10,7 +10,7 @@ import pytest
 
 from strata_doctor import registry
 from strata_doctor.model import Finding
-from tests.conftest import run_cli, two_node_files, write_tree
+from tests.conftest import UNBOUND_UNIT, run_cli, two_node_files, write_tree
 
 
 def test_unbound_two_node_host_fails_with_binding_error(two_node_host: Path) -> None:
@@ -158,3 +158,17 @@ def test_live_host_runs_and_exits_0_or_1() -> None:
     result = run_cli(["check", "--format", "json"])
     assert result.exit_code in (0, 1)
     assert json.loads(result.stdout)["schema"] == "strata-doctor/check/v1"
+
+
+def test_memory_only_node_is_not_the_remote_cost(tmp_path: Path) -> None:
+    # Unbound, first touch lands on CPU nodes only: the 28 to a CXL node is not the penalty.
+    files = two_node_files(unit_show=UNBOUND_UNIT)
+    node = "/sys/devices/system/node"
+    files[f"{node}/node0/distance"] = "10 21 28\n"
+    files[f"{node}/node1/distance"] = "21 10 28\n"
+    files[f"{node}/node2/distance"] = "28 28 10\n"
+    files[f"{node}/node2/meminfo"] = "Node 2 MemTotal:       8388608 kB\n"
+    root = write_tree(tmp_path / "h", files)
+    result = run_cli(["check", "numa-topology", "numa-binding", "--root", str(root)])
+    assert "21/10 = 2.1x" in result.stdout and "28/10" not in result.stdout
+    assert "distance 10/21" in result.stdout
