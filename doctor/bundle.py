@@ -398,7 +398,9 @@ def unpack(path: str | os.PathLike[str]) -> Path:
             atexit.register(shutil.rmtree, target, ignore_errors=True)
             _extract(tar, members, target)
     except tarfile.TarError as exc:
-        raise ValueError(f"not a readable tar archive ({exc})") from None
+        # tarfile lists every compression it tried on separate lines: keep the first.
+        first = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
+        raise ValueError(f"not a readable tar archive ({first})") from None
     top = target / TOP
     if not (top / "manifest.json").is_file():
         raise ValueError(f"no {TOP}/manifest.json in the archive")

@@ -244,3 +244,11 @@ def test_process_environments_keep_names_only(tmp_path: Path) -> None:
     bundle = make_bundle(write_tree(tmp_path / "h", files), tmp_path / "b.tar.gz")
     environ = read_member(bundle, f"{TOP}/proc/1/environ")
     assert environ == b"container=docker\0HF_TOKEN=\0PATH=\0"
+
+
+def test_a_file_that_is_not_a_bundle_is_one_line_exit_2(tmp_path: Path) -> None:
+    junk = tmp_path / "notes.tar.gz"
+    junk.write_text("not an archive\n")
+    result = run_cli(["check", "--bundle", str(junk)])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and str(junk) in result.stderr
