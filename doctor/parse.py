@@ -7,6 +7,7 @@ files, and raise nothing on garbage: unparseable input yields an empty or partia
 from __future__ import annotations
 
 import re
+from collections import Counter
 from functools import lru_cache
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
@@ -223,9 +224,67 @@ def numa_maps_totals(text: str) -> Tuple[Dict[int, int], Dict[str, int]]:
         for line in text.splitlines():
             _add_any_line(line, per_node, per_policy)
         return per_node, per_policy
-    # The kernel's own layout, ``ADDR POLICY ... N0=3 N1=5 kernelpagesize_kB=4`` (or no
-    # counts at all), is summed with a few string operations per line; ASCII only, so
-    # isdigit means 0-9. Any other line takes the general path. This loop is the cost.
+    # The kernel's own layout, ``ADDR POLICY ... N0=3 N1=5 kernelpagesize_kB=4``: each
+    # line only files its ``N`` words under its (policy, page size); the words are checked
+    # and summed once per distinct word afterwards, which is what makes a million lines
+    # cheap. ASCII only, so isdigit means 0-9. Lines without counts only name a policy;
+    # any other line takes the general path.
+    counts_by: Dict[Tuple[str, str], List[str]] = {}
+    other: List[str] = []
+    for line in text.split("\n"):
+        head, sep, size = line.rpartition(_PAGE_SIZE_WORD)
+        if sep:
+            parts = head.split(" N")
+            words = parts[0].split(None, 2)
+            if len(parts) > 1 and len(words) > 1 and words[0][0] != "N":
+                key = (words[1], size)
+                found = counts_by.get(key)
+                if found is None:
+                    counts_by[key] = parts[1:]
+                else:
+                    found += parts[1:]
+                continue
+        elif " N" not in line and line.lstrip()[:1] != "N":  # no pages on any node
+            words = line.split(None, 2)
+            if len(words) > 1:
+                per_policy[words[1]] = per_policy.get(words[1], 0)
+            continue
+        other.append(line)
+    for (policy, size), words in counts_by.items():
+        if not _add_counts(words, size, per_node, per_policy, policy):
+            return _numa_maps_totals_by_line(text)  # a malformed count: redo it line by line
+    for line in other:
+        _add_any_line(line, per_node, per_policy)
+    return per_node, per_policy
+
+
+def _add_counts(words: List[str], size: str, per_node: Dict[int, int],
+                per_policy: Dict[str, int], policy: str) -> bool:
+    """Add ``N<node>=<pages>`` words (``N`` already split off) of one policy and page size;
+    False, adding nothing, when any of them or the size is not exactly that."""
+    if not (size.isdigit() and len(size) <= 64):
+        return False
+    page = int(size) * 1024
+    sums: List[Tuple[int, int]] = []
+    for word, times in Counter(words).items():
+        node_text, _, pages_text = word.partition("=")
+        if not (node_text.isdigit() and pages_text.isdigit()
+                and len(node_text) <= 64 and len(pages_text) <= 64):
+            return False
+        sums.append((int(node_text), int(pages_text) * page * times))
+    total = per_policy.get(policy, 0)
+    for node, value in sums:
+        per_node[node] = per_node.get(node, 0) + value
+        total += value
+    per_policy[policy] = total
+    return True
+
+
+def _numa_maps_totals_by_line(text: str) -> Tuple[Dict[int, int], Dict[str, int]]:
+    """:func:`numa_maps_totals` for plain text, line by line: what it falls back to when a
+    count is malformed, so that only that line takes the general path."""
+    per_node: Dict[int, int] = {}
+    per_policy: Dict[str, int] = {}
     for line in text.split("\n"):
         head, sep, size = line.rpartition(_PAGE_SIZE_WORD)
         if not sep:
@@ -234,14 +293,14 @@ def numa_maps_totals(text: str) -> Tuple[Dict[int, int], Dict[str, int]]:
                 if len(words) > 1:
                     per_policy[words[1]] = per_policy.get(words[1], 0)
                 continue
-        elif size.isdigit() and len(size) <= 64 and _add_counts(head, int(size) * 1024, per_node,
-                                                                  per_policy):
+        elif size.isdigit() and len(size) <= 64 and _add_line_counts(head, int(size) * 1024, per_node,
+                                                                       per_policy):
             continue
         _add_any_line(line, per_node, per_policy)
     return per_node, per_policy
 
 
-def _add_counts(head: str, page: int, per_node: Dict[int, int], per_policy: Dict[str, int]) -> bool:
+def _add_line_counts(head: str, page: int, per_node: Dict[int, int], per_policy: Dict[str, int]) -> bool:
     """Add ``ADDR POLICY ... N0=3 N1=5`` (the line before its page size); False when the
     counts are not exactly space-separated ``N<node>=<pages>`` words."""
     parts = head.split(" N")
