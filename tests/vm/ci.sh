@@ -11,14 +11,14 @@
 #   STRATA_VM=require         fail instead of skipping when the machine cannot run them
 #   STRATA_VM_BUDGET=SECONDS  wall-clock limit for image build + tests (default 1500)
 #   STRATA_VM_CACHE=DIR       where the guest image is cached (default ~/.cache/strata-doctor-vm)
-#   STRATA_VM_MIRROR=URL      Debian mirror (default http://deb.debian.org/debian)
+#   STRATA_VM_MIRROR=URL      Debian mirror (default: the one apt uses on this machine)
 #   PYTHON=python3            the interpreter that has pytest and the project installed
 set -u
 
 cd "$(dirname "$0")/../.." || exit 2
 PYTHON=${PYTHON:-python3}
 BUDGET=${STRATA_VM_BUDGET:-1500}
-MIRROR=${STRATA_VM_MIRROR:-http://deb.debian.org/debian}
+MIRROR=${STRATA_VM_MIRROR:-$("$PYTHON" tests/vm/guest.py mirror 2>/dev/null)}
 SUITE=${STRATA_VM_SUITE:-bookworm}
 started=$(date +%s)
 
@@ -81,6 +81,7 @@ else
     if [ "$(id -u)" -ne 0 ] && [ ${#SUDO[@]} -eq 0 ]; then
         skip "no cached guest image, and building one (debootstrap) needs root or passwordless sudo"
     fi
+    [ -n "$MIRROR" ] || skip "no cached guest image and no Debian mirror configured for apt"
     if ! "$PYTHON" - "$MIRROR/dists/$SUITE/Release" <<'EOF'
 import sys
 import urllib.request

@@ -50,7 +50,25 @@ sys.path.insert(0, str(HERE))
 from topologies import TOPOLOGIES, Topology  # noqa: E402
 
 SUITE = os.environ.get("STRATA_VM_SUITE", "bookworm")
-MIRROR = os.environ.get("STRATA_VM_MIRROR", "http://deb.debian.org/debian")
+def apt_mirror() -> str:
+    """The Debian mirror apt uses on this machine (its first non-security source), so the
+    guest comes from where this machine's own packages come from; '' when none is set."""
+    sources = Path("/etc/apt/sources.list.d")
+    for path in sorted(sources.glob("*.sources")) if sources.is_dir() else []:
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith("URIs:"):
+                for uri in line.split()[1:]:
+                    if "security" not in uri:
+                        return uri.rstrip("/")
+    listing = Path("/etc/apt/sources.list")
+    for line in listing.read_text(errors="replace").splitlines() if listing.is_file() else []:
+        words = [w for w in line.split() if not w.startswith("[")]
+        if len(words) >= 3 and words[0] == "deb" and "security" not in words[1]:
+            return words[1].rstrip("/")
+    return ""
+
+
+MIRROR = os.environ.get("STRATA_VM_MIRROR") or apt_mirror()
 PACKAGES = (
     "systemd",
     "systemd-oomd",
@@ -630,12 +648,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     b = sub.add_parser("build", help="build (or reuse) the cached base image")
     b.add_argument("--force", action="store_true", help="rebuild even when cached")
     sub.add_parser("key", help="print the base image's cache key")
+    sub.add_parser("mirror", help="print the Debian mirror the image is built from")
     r = sub.add_parser("run", help="boot a topology and run shell commands in it")
     r.add_argument("topology", choices=sorted(TOPOLOGIES))
     r.add_argument("commands", nargs="+", help="bash commands, one step each")
     r.add_argument("--artifacts", type=Path, default=None)
     r.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args(argv)
+    if args.command == "mirror":
+        print(MIRROR)
+        return 0 if MIRROR else 1
     if args.command == "key":
         print(image_key())
         return 0
