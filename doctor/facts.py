@@ -6,6 +6,7 @@ Each reader takes a :class:`~strata_doctor.root.Root`; each parser it uses lives
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
@@ -229,12 +230,17 @@ class CpuFacts:
 
 def read_cpu(root: Root) -> CpuFacts:
     """Read CPU facts through ``root``."""
-    blocks = parse_cpuinfo(root.read("/proc/cpuinfo") or "")
-    model = next((b.get("model name") or b.get("cpu") for b in blocks if b), None)
-    flags_text = next((b.get("flags") or b.get("Features") or "" for b in blocks), "")
+    text = (root.read("/proc/cpuinfo") or "").replace("\0", "")
+    plain = text.isascii() and not any(ch in text for ch in _ODD_CPUINFO)
+    # Model and flags come from the first processor's block, the ids from every block: a
+    # host of 2,048 processors has a 3 MB cpuinfo, so plain text is parsed only that far.
+    blocks = parse_cpuinfo(_first_cpuinfo_block(text) if plain else text)
+    first = blocks[0] if blocks else None
+    model = (first.get("model name") or first.get("cpu")) if first else None
+    flags_text = (first.get("flags") or first.get("Features") or "") if first else ""
     package_of: Dict[int, int] = {}
     core_of: Dict[int, Tuple[int, int]] = {}
-    for block in blocks:
+    for block in _cpuinfo_ids(text) if plain else blocks:
         cpu = parse_int(block.get("processor"))
         pkg = parse_int(block.get("physical id"))
         core = parse_int(block.get("core id"))
@@ -250,6 +256,37 @@ def read_cpu(root: Root) -> CpuFacts:
         core_of=tuple(sorted(core_of.items())),
         flags=frozenset(flags_text.split()),
     )
+
+
+# Plain cpuinfo: ASCII, its only line break \n and its only blanks space and tab, so that
+# the patterns below read it as parse_cpuinfo does (a block ends at a blank line).
+_ODD_CPUINFO = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
+_CPUINFO_IDS = re.compile(r"\n[ \t]*(?:(processor|physical id|core id)[ \t]*:(.*)|(?=\n))")
+_BLANK_LINE = re.compile(r"\n[ \t]*(?=\n)")
+
+
+def _first_cpuinfo_block(text: str) -> str:
+    """The text up to the end of plain cpuinfo's first block: up to the first blank line
+    after the first line with a colon."""
+    colon = text.find(":")
+    end = _BLANK_LINE.search(text, colon) if colon >= 0 else None
+    return text[: end.start()] if end else text
+
+
+def _cpuinfo_ids(text: str) -> List[Dict[str, str]]:
+    """``processor``, ``physical id`` and ``core id`` of each block of plain cpuinfo (blocks
+    without any of them left out), as parse_cpuinfo would give them."""
+    blocks: List[Dict[str, str]] = []
+    current: Dict[str, str] = {}
+    for key, value in _CPUINFO_IDS.findall("\n" + text):
+        if key:
+            current[key] = value.strip()
+        elif current:
+            blocks.append(current)
+            current = {}
+    if current:
+        blocks.append(current)
+    return blocks
 
 
 def _sysfs_topology(root: Root) -> Tuple[Dict[int, int], Dict[int, Tuple[int, int]]]:
