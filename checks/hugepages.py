@@ -1,9 +1,6 @@
 """hugepages: does the hugepage pool fit the engine, or trap it?"""
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from strata_doctor.context import HostContext
 from strata_doctor.memory import (
@@ -28,8 +25,7 @@ from strata_doctor.root import Command
 GIB = 1024**3
 
 
-@dataclass(frozen=True)
-class PendingPool:
+class PendingPool(NamedTuple):
     """A pool size written in the configuration but not yet in effect."""
 
     pages: int

@@ -4,10 +4,7 @@ The plan binds memory with a *preferred* policy (``numactl --preferred``), never
 ``--membind``: a bound allocation fails hard when the node fills, a preferred one spills.
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import FrozenSet, List, Optional, Tuple
+from typing import FrozenSet, List, NamedTuple, Optional, Tuple
 
 from strata_doctor.context import HostContext, cpus_of
 from strata_doctor.engine import EngineProcess, UnitBinding, UnitState
@@ -17,8 +14,7 @@ from strata_doctor.parse import format_cpulist, parse_cpulist, parse_int
 SAME_SOCKET_MAX_DISTANCE = 12  # SNC / NPS sub-nodes report 11-12; a socket hop is 20+
 
 
-@dataclass(frozen=True)
-class BindingPlan:
+class BindingPlan(NamedTuple):
     """The nodes the engine's memory and CPUs should use, and why."""
 
     mem_nodes: FrozenSet[int]
@@ -105,8 +101,7 @@ def _total(numa: NumaFacts, nodes: FrozenSet[int]) -> int:
     return sum(n.memory_total or 0 for n in numa.nodes if n.id in nodes)
 
 
-@dataclass(frozen=True)
-class BindingState:
+class BindingState(NamedTuple):
     """Whether the engine follows the plan: in effect now, only configured, or neither."""
 
     effective: Optional[bool]

@@ -4,13 +4,10 @@ Exit codes (docs/exit-codes.md): 0 ready, 1 a finding at or above ``--fail-on``,
 2 usage or configuration error, 3 a check crashed.
 """
 
-from __future__ import annotations
-
 import importlib
 import os
 import sys
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 import click
 
@@ -52,8 +49,7 @@ def main() -> None:
     """Find what makes this host slow or unstable for the Strata engine, and fix it."""
 
 
-@dataclass(frozen=True)
-class HostOptions:
+class HostOptions(NamedTuple):
     """The options every command shares: which host, and what the engine needs."""
 
     root: str

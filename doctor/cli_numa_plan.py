@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import replace
 from typing import Any, Dict, Optional
 
 import click
@@ -38,7 +37,7 @@ def numa_plan_command(numa: Optional[str], fmt: str, **kwargs: Any) -> None:
 
     root, ctx = open_host(host_from_kwargs(kwargs))
     if numa is not None:
-        ctx = HostContext(root, replace(ctx.config, numa=numa))
+        ctx = HostContext(root, ctx.config._replace(numa=numa))
     try:
         plan = plan_for_context(ctx)
     except PlanError as exc:

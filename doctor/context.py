@@ -1,10 +1,7 @@
 """One host as the checks see it: facts read lazily, once, through one root."""
 
-from __future__ import annotations
-
-from dataclasses import dataclass
 from functools import cached_property
-from typing import FrozenSet, Optional, Tuple
+from typing import FrozenSet, NamedTuple, Optional, Tuple
 
 from strata_doctor.engine import (
     EngineConfig,
@@ -31,8 +28,7 @@ from strata_doctor.processes import ProcessInfo, find_engine_pid, read_processes
 from strata_doctor.root import Root
 
 
-@dataclass(frozen=True)
-class GpuPlacement:
+class GpuPlacement(NamedTuple):
     """The compute GPU, its node, and how each was decided."""
 
     gpu: Gpu

@@ -6,11 +6,8 @@ and the unit's drop-ins on disk for what is configured but not yet in effect) an
 the engine's process (``/proc/PID/status`` and ``/proc/PID/numa_maps``).
 """
 
-from __future__ import annotations
-
 import re
-from dataclasses import dataclass, replace
-from typing import Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
+from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 from strata_doctor.parse import (
     numa_maps_totals,
@@ -39,8 +36,7 @@ class ConfigError(Exception):
     """A bad configuration value; the message names the file and key."""
 
 
-@dataclass(frozen=True)
-class EngineConfig:
+class EngineConfig(NamedTuple):
     """What the engine will need, from options or the YAML config."""
 
     arena_bytes: Optional[int] = None
@@ -93,7 +89,7 @@ def apply_settings(config: EngineConfig, values: Mapping[str, object], source: s
             changes.update(_convert(key, value))
         except ValueError as exc:
             raise ConfigError(f"{source}: {key}: {exc}") from None
-    return replace(config, **changes)  # type: ignore[arg-type]
+    return config._replace(**changes)  # type: ignore[arg-type]
 
 
 def _convert(key: str, value: object) -> Dict[str, object]:
@@ -131,7 +127,7 @@ def load_config(root: Root, path: Optional[str]) -> EngineConfig:
     """
     config = _load_config(root, path)
     if path is None and config.source is not None:
-        config = replace(config, source=DEFAULT_CONFIG)
+        config = config._replace(source=DEFAULT_CONFIG)
     return config
 
 
@@ -202,8 +198,7 @@ def simple_yaml(text: str) -> Tuple[bool, object]:
     return True, (data or None)
 
 
-@dataclass(frozen=True)
-class UnitState:
+class UnitState(NamedTuple):
     """The engine unit as systemd sees it, from ``systemctl show UNIT``."""
 
     name: str
@@ -259,8 +254,7 @@ def _why(result: CommandResult) -> str:
     return f"{result.argv[0]} exited {result.status}" + (f": {err[0]}" if err else "")
 
 
-@dataclass(frozen=True)
-class UnitBinding:
+class UnitBinding(NamedTuple):
     """NUMA and CPU settings of a unit, from ``[Service]`` in its file and drop-ins."""
 
     numa_policy: Optional[str] = None
@@ -298,7 +292,7 @@ def _merge_service_section(binding: UnitBinding, text: str) -> UnitBinding:
             changes["slice"] = value or None
         elif key == "ExecStart":
             changes["exec_numactl"] = _numactl_prefix(value)
-    return replace(binding, **changes)  # type: ignore[arg-type]
+    return binding._replace(**changes)  # type: ignore[arg-type]
 
 
 def _cpu_set(value: str) -> FrozenSet[int]:
@@ -323,8 +317,7 @@ def _numactl_prefix(exec_start: str) -> Optional[str]:
     return None
 
 
-@dataclass(frozen=True)
-class EngineProcess:
+class EngineProcess(NamedTuple):
     """The running engine, from ``/proc/PID/status`` and ``/proc/PID/numa_maps``."""
 
     pid: int

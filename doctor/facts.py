@@ -4,11 +4,8 @@ Each reader takes a :class:`~strata_doctor.root.Root`; each parser it uses lives
 :mod:`strata_doctor.parse` and is tested on strings.
 """
 
-from __future__ import annotations
-
 import re
-from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 from strata_doctor.parse import (
     format_cpulist,
@@ -27,8 +24,7 @@ PCI_DIR = "/sys/bus/pci/devices"
 EXPERT_ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
 
 
-@dataclass(frozen=True)
-class NumaNode:
+class NumaNode(NamedTuple):
     """One NUMA node, from ``/sys/devices/system/node/nodeN/{cpulist,cpumap,meminfo,distance}``."""
 
     id: int
@@ -69,8 +65,7 @@ class NumaNode:
         return None
 
 
-@dataclass(frozen=True)
-class NumaFacts:
+class NumaFacts(NamedTuple):
     """The host's NUMA layout, from ``/sys/devices/system/node`` and ``/sys/devices/system/cpu``."""
 
     nodes: Tuple[NumaNode, ...]
@@ -197,8 +192,7 @@ def _symmetry_quirks(nodes: List[NumaNode]) -> List[str]:
     return quirks
 
 
-@dataclass(frozen=True)
-class CpuFacts:
+class CpuFacts(NamedTuple):
     """CPU model, sockets and ISA, from ``/proc/cpuinfo`` (sockets and cores from its
     ``physical id`` and ``core id``, else ``/sys/devices/system/cpu/cpuN/topology``)."""
 
@@ -304,8 +298,7 @@ def _sysfs_topology(root: Root) -> Tuple[Dict[int, int], Dict[int, Tuple[int, in
     return package_of, core_of
 
 
-@dataclass(frozen=True)
-class PcieLink:
+class PcieLink(NamedTuple):
     """A PCIe link's state, from ``current_link_speed``/``max_link_speed`` and widths."""
 
     current_speed: Optional[str]
@@ -319,8 +312,7 @@ class PcieLink:
         return self.current_width is not None or self.current_speed is not None
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(NamedTuple):
     """A display or 3D controller (PCI class 0x03xxxx), from ``/sys/bus/pci/devices/ADDR/``."""
 
     address: str

@@ -6,11 +6,8 @@ systemd gets the numactl wrapper instead, and the fix's summary says why. Every 
 fix lists is online: systemd silently drops a CPU list that names an offline CPU.
 """
 
-from __future__ import annotations
-
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, FrozenSet, List, Optional, Tuple
+from typing import TYPE_CHECKING, FrozenSet, List, NamedTuple, Optional, Tuple
 
 from strata_doctor.engine import DEFAULT_UNIT, UnitState
 from strata_doctor.model import FileChange, Fix, ManualStep, RuntimeAction, context_pairs
@@ -38,8 +35,7 @@ SYSTEMD_VERSION = Command("systemctl-version", ("systemctl", "--version"))
 _VERSION = re.compile(r"^systemd\s+(\d+)", re.MULTILINE)
 
 
-@dataclass(frozen=True)
-class SystemdSupport:
+class SystemdSupport(NamedTuple):
     """Which unit settings this host's systemd understands."""
 
     version: Optional[int]
@@ -204,7 +200,7 @@ def _wrapper_binding(
     return Fix(summary=summary, files=(dropin, wrapper), actions=(reload,), manual=(restart,))
 
 
-def binding_fix_for(ctx: HostContext, plan: BindingPlan) -> Fix:
+def binding_fix_for(ctx: "HostContext", plan: "BindingPlan") -> Fix:
     """:func:`binding_fix` with this host's systemd support, online CPUs and ExecStart."""
     support = read_systemd_support(ctx.root, ctx.unit)
     cpus = plan.cpus & ctx.numa.online_cpus if ctx.numa.online_cpus else plan.cpus
@@ -218,7 +214,7 @@ def unit_exec_start(root: Root, unit: str) -> Optional[str]:
     return unit_setting(root, unit, "Service", "ExecStart")
 
 
-def reserve_node_fix(ctx: HostContext, plan: BindingPlan, finding: str) -> Tuple[Optional[Fix], str]:
+def reserve_node_fix(ctx: "HostContext", plan: "BindingPlan", finding: str) -> Tuple[Optional[Fix], str]:
     """``--reserve-node``: the engine in ``strata.slice`` on its node, everyone else elsewhere.
 
     cgroup v2 cpusets nest, so fencing ``system.slice`` would also fence an engine that

@@ -13,13 +13,10 @@ not yet in effect can be told apart from no fix at all.
 Parsers are pure functions on strings; readers take a :class:`~strata_doctor.root.Root`.
 """
 
-from __future__ import annotations
-
 import math
 import os
 import re
-from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 from strata_doctor.engine import EngineConfig
 from strata_doctor.parse import (
@@ -108,8 +105,7 @@ def normalize_sysctl_key(key: str) -> str:
     return key
 
 
-@dataclass(frozen=True)
-class CmdlineHugepages:
+class CmdlineHugepages(NamedTuple):
     """Hugepage settings on a kernel command line (``default_hugepagesz=``, ``hugepagesz=``,
     ``hugepages=``, ``transparent_hugepage=``)."""
 
@@ -228,8 +224,7 @@ def parse_passwd(text: str) -> Dict[int, str]:
 
 
 # -- facts --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PagePool:
+class PagePool(NamedTuple):
     """One page size's pool, from ``/sys/kernel/mm/hugepages/hugepages-<N>kB/`` (or from
     ``/proc/meminfo`` and ``/proc/sys/vm`` for the default size when sysfs lacks it)."""
 
@@ -259,8 +254,7 @@ class PagePool:
         return (self.total + self.surplus) * self.size
 
 
-@dataclass(frozen=True)
-class NodePool:
+class NodePool(NamedTuple):
     """One node's share of a pool, from ``/sys/devices/system/node/nodeN/hugepages/``."""
 
     node: int
@@ -275,8 +269,7 @@ class NodePool:
     """``surplus_hugepages`` on this node."""
 
 
-@dataclass(frozen=True)
-class HugetlbfsFile:
+class HugetlbfsFile(NamedTuple):
     """A file in a hugetlbfs mount: its pages stay in use until it is deleted."""
 
     path: str
@@ -305,8 +298,7 @@ class HugetlbfsFile:
         return "owner unknown"
 
 
-@dataclass(frozen=True)
-class HugetlbfsMount:
+class HugetlbfsMount(NamedTuple):
     """A hugetlbfs mount from ``/proc/mounts`` and the files under it."""
 
     mount_point: str
@@ -321,8 +313,7 @@ class HugetlbfsMount:
     """Why the directory could not be listed, when it could not."""
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(NamedTuple):
     """A process that holds hugetlb pages (``HugetlbPages:`` in ``/proc/PID/status``)."""
 
     pid: int
@@ -341,8 +332,7 @@ class Holder:
         return dict(self.nodes).get(node, 0) // page_size
 
 
-@dataclass(frozen=True)
-class SysctlSetting:
+class SysctlSetting(NamedTuple):
     """One ``key = value`` line of a sysctl.d(5) file."""
 
     key: str
@@ -353,8 +343,7 @@ class SysctlSetting:
     """The file it is in."""
 
 
-@dataclass(frozen=True)
-class SysctlConfig:
+class SysctlConfig(NamedTuple):
     """The sysctl settings the next ``sysctl --system`` (or boot) applies, in order.
 
     Files from ``/etc/sysctl.d``, ``/run/sysctl.d``, ``/usr/local/lib/sysctl.d``,
@@ -384,8 +373,7 @@ class SysctlConfig:
         return parse_int(setting.value) if setting else None
 
 
-@dataclass(frozen=True)
-class HugepageFacts:
+class HugepageFacts(NamedTuple):
     """The host's hugepage pools, their users, and how they are configured."""
 
     meminfo: Tuple[Tuple[str, int], ...]
@@ -718,8 +706,7 @@ def detect_container(root: Root) -> Optional[str]:
 
 
 # -- transparent hugepages ----------------------------------------------------------------
-@dataclass(frozen=True)
-class ThpFacts:
+class ThpFacts(NamedTuple):
     """Transparent hugepage settings, from ``/sys/kernel/mm/transparent_hugepage/``."""
 
     enabled: Optional[str]
@@ -770,8 +757,7 @@ def read_thp(root: Root) -> ThpFacts:
 
 
 # -- the engine's need and what the pool will do to it ------------------------------------
-@dataclass(frozen=True)
-class HugepageNeed:
+class HugepageNeed(NamedTuple):
     """How many hugepages the arena needs: ceil(arena / page size)."""
 
     arena: int
@@ -790,8 +776,7 @@ class HugepageNeed:
         return f"{format_bytes(self.arena)} / {format_page_size(self.page_size)} → {count(self.pages)} pages"
 
 
-@dataclass(frozen=True)
-class PoolAssessment:
+class PoolAssessment(NamedTuple):
     """What the default pool means for the engine's next start."""
 
     mode: str
@@ -851,8 +836,7 @@ def assess_pool(facts: HugepageFacts, config: EngineConfig, engine_pid: Optional
     return PoolAssessment(config.hugepages, pool, need, engine_pages, available)
 
 
-@dataclass(frozen=True)
-class MemoryProjection:
+class MemoryProjection(NamedTuple):
     """Ordinary (non-hugetlb) memory after the engine's next start."""
 
     mem_total: int

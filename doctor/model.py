@@ -1,10 +1,7 @@
 """The values that flow from checks to renderers and to the applier."""
 
-from __future__ import annotations
-
 import enum
-from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 
 class Severity(enum.IntEnum):
@@ -21,7 +18,7 @@ class Severity(enum.IntEnum):
         return self.name.lower()
 
     @classmethod
-    def parse(cls, text: str) -> Severity:
+    def parse(cls, text: str) -> "Severity":
         """Read a severity from its label; raises ValueError naming the value."""
         try:
             return cls[text.strip().upper()]
@@ -29,8 +26,7 @@ class Severity(enum.IntEnum):
             raise ValueError(f"unknown severity {text!r}") from None
 
 
-@dataclass(frozen=True)
-class Evidence:
+class Evidence(NamedTuple):
     """One value read from the host, and where it came from."""
 
     source: str
@@ -39,8 +35,7 @@ class Evidence:
     """What was read, as text, shortened if long."""
 
 
-@dataclass(frozen=True)
-class FileChange:
+class FileChange(NamedTuple):
     """A file the applier should write: rendered from a template, never edited in place."""
 
     path: str
@@ -53,8 +48,7 @@ class FileChange:
     """File mode to write."""
 
 
-@dataclass(frozen=True)
-class RuntimeAction:
+class RuntimeAction(NamedTuple):
     """Something to run after files are written, e.g. a sysctl or a daemon-reload."""
 
     kind: str
@@ -65,16 +59,14 @@ class RuntimeAction:
     """The value to set, where the kind has one."""
 
 
-@dataclass(frozen=True)
-class ManualStep:
+class ManualStep(NamedTuple):
     """A change the tool will not make by itself (kernel command line, BIOS)."""
 
     text: str
     """What the operator should do, in one or two sentences."""
 
 
-@dataclass(frozen=True)
-class Fix:
+class Fix(NamedTuple):
     """A proposed repair for one finding, as data; only the applier acts on it."""
 
     summary: str
@@ -89,8 +81,7 @@ class Fix:
     """When the change is in effect: ``now``, ``reload``, ``restart`` or ``reboot``."""
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     """One result of one check."""
 
     check: str
@@ -111,8 +102,7 @@ class Finding:
     """True when the user downgraded it with ``--ignore``; ``severity`` then reads info."""
 
 
-@dataclass(frozen=True)
-class Skip:
+class Skip(NamedTuple):
     """Why a check did not run on this host."""
 
     check: str
@@ -121,8 +111,7 @@ class Skip:
     """One line, e.g. 'no GPU found'."""
 
 
-@dataclass(frozen=True)
-class Crash:
+class Crash(NamedTuple):
     """A check that raised instead of returning findings."""
 
     check: str
@@ -131,8 +120,7 @@ class Crash:
     """The exception, as ``Type: message``."""
 
 
-@dataclass(frozen=True)
-class CheckResult:
+class CheckResult(NamedTuple):
     """What one check produced on one host."""
 
     check: str

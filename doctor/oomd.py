@@ -17,11 +17,8 @@ files and drop-ins on disk for what is configured but not loaded), swap from
 systemd-oomd --no-pager -o short-iso -n 200`` (``journalctl-oomd``).
 """
 
-from __future__ import annotations
-
 import re
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from strata_doctor.engine import UnitState, read_unit, unit_command
 from strata_doctor.parse import parse_meminfo
@@ -81,8 +78,7 @@ def parse_timespan(text: str) -> Optional[float]:
     return total
 
 
-@dataclass(frozen=True)
-class Pressure:
+class Pressure(NamedTuple):
     """One PSI line: ``some`` or ``full`` with its averages (percent) and total (µs)."""
 
     kind: str
@@ -114,8 +110,7 @@ def parse_pressure(text: str) -> Tuple[Pressure, ...]:
     return tuple(rows)
 
 
-@dataclass(frozen=True)
-class Watched:
+class Watched(NamedTuple):
     """A cgroup systemd-oomd watches."""
 
     path: str
@@ -130,8 +125,7 @@ class Watched:
     """Where this came from (``oomctl dump``, ``systemctl show UNIT``, a unit file)."""
 
 
-@dataclass(frozen=True)
-class OomctlDump:
+class OomctlDump(NamedTuple):
     """``oomctl dump``: oomd's own view of its settings and watched cgroups."""
 
     swap_used_limit: Optional[float]
@@ -191,8 +185,7 @@ def parse_oomctl_dump(text: str) -> OomctlDump:
     )
 
 
-@dataclass(frozen=True)
-class OomdKill:
+class OomdKill(NamedTuple):
     """One kill systemd-oomd logged."""
 
     time: str
@@ -249,8 +242,7 @@ def cgroup_units(cgroup: str) -> List[Tuple[str, str]]:
     return units
 
 
-@dataclass(frozen=True)
-class UnitOomSettings:
+class UnitOomSettings(NamedTuple):
     """``ManagedOOM*`` of one unit: loaded (``systemctl show``) and on disk."""
 
     unit: str
@@ -310,8 +302,7 @@ def user_manager_uid(cgroup: str) -> Optional[int]:
 
 
 # -- facts --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class OomdSettings:
+class OomdSettings(NamedTuple):
     """oomd's settings from ``oomd.conf`` and its drop-ins (defaults where unset)."""
 
     swap_used_limit: float = DEFAULT_SWAP_LIMIT
@@ -351,8 +342,7 @@ def read_oomd_settings(root: Root) -> OomdSettings:
     return OomdSettings(swap, pressure, duration, tuple(files))
 
 
-@dataclass(frozen=True)
-class OomdFacts:
+class OomdFacts(NamedTuple):
     """systemd-oomd and the engine's place under it."""
 
     systemd: bool
@@ -610,8 +600,7 @@ def _journal_reason(result: CommandResult) -> str:
     return ""
 
 
-@dataclass(frozen=True)
-class Exposure:
+class Exposure(NamedTuple):
     """Whether systemd-oomd can kill the engine, and what protects it."""
 
     watched: Tuple[Watched, ...]

@@ -4,8 +4,6 @@ Reading procfs through the root (rather than asking the live kernel through a li
 means a captured host replays its processes exactly, and a bundle records them.
 """
 
-from __future__ import annotations
-
 import re
 from functools import lru_cache
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple

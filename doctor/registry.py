@@ -178,6 +178,4 @@ def _downgrade(finding: Finding, ignored: frozenset[str]) -> Finding:
         finding.check in ignored or f"{finding.check}/{finding.id}" in ignored
     ):
         return finding
-    from dataclasses import replace
-
-    return replace(finding, severity=Severity.INFO, ignored=True)
+    return finding._replace(severity=Severity.INFO, ignored=True)

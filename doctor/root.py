@@ -13,14 +13,11 @@ Capture layout for what is not a file (documented in docs/capture-layout.md)::
 A command whose ``.txt`` is absent under a captured root was not found on that host.
 """
 
-from __future__ import annotations
-
 import errno
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 CAPTURE_DIR = ".strata-doctor"
 COMMANDS_DIR = f"{CAPTURE_DIR}/commands"
@@ -28,8 +25,7 @@ STAT_FILE = f"{CAPTURE_DIR}/stat.json"
 DEFAULT_TIMEOUT = 5.0
 
 
-@dataclass(frozen=True)
-class FileStat:
+class FileStat(NamedTuple):
     """What ``stat`` says of a file that is not read (hugetlbfs files can be many GiB)."""
 
     size: int
@@ -40,8 +36,7 @@ class FileStat:
     """``st_mode``, type bits included."""
 
 
-@dataclass(frozen=True)
-class CommandResult:
+class CommandResult(NamedTuple):
     """What one external command produced."""
 
     key: str
@@ -70,8 +65,7 @@ class CommandResult:
         return "$ " + " ".join(self.argv)
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(NamedTuple):
     """An external command the checks may need, with its capture key."""
 
     key: str
@@ -86,7 +80,7 @@ class Root:
     never with ``os.path.join(root, "/abs")``, which would discard the root.
     """
 
-    def __init__(self, path: str | os.PathLike[str] = "/") -> None:
+    def __init__(self, path: "str | os.PathLike[str]" = "/") -> None:
         self.base = Path(path)
         self.live = self.base.resolve() == Path("/")
         # Reads join strings, not Paths: the process scan opens thousands of files.

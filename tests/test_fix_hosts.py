@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import replace
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -111,7 +110,7 @@ def context_for(tree: Path, numa: Optional[str] = None) -> HostContext:
     root = Root(tree)
     config = load_config(root, None)
     if numa is not None:
-        config = replace(config, numa=numa)
+        config = config._replace(numa=numa)
     return HostContext(root, config)
 
 
