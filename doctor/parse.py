@@ -194,6 +194,8 @@ def parse_int(text: Optional[str]) -> Optional[int]:
     """Parse a decimal (or ``0x`` hex) integer attribute; None when absent or garbage."""
     if text is None:
         return None
+    if len(text) < 40 and text.isdigit() and text.isascii():  # most values: plain digits
+        return int(text)
     text = _clean(text)
     try:
         return int(text, 0) if text.lower().startswith(("0x", "-0x")) else int(text)

@@ -5,8 +5,6 @@ JSON goes to stdout alone; its schema is ``strata-doctor/check/v1`` (docs/json-s
 
 from __future__ import annotations
 
-import json
-import textwrap
 from typing import Any, Dict, List, Optional, Sequence
 
 from strata_doctor import __version__
@@ -46,6 +44,8 @@ def to_json_data(ctx: HostContext, results: Sequence[CheckResult], code: int) ->
 
 def to_json(ctx: HostContext, results: Sequence[CheckResult], code: int) -> str:
     """Serialise with sorted keys so equal hosts give equal bytes."""
+    import json  # imported here, like textwrap below: `check --quiet` needs neither
+
     return json.dumps(to_json_data(ctx, results, code), indent=2, sort_keys=True) + "\n"
 
 
@@ -248,6 +248,8 @@ def _result_lines(result: CheckResult, width: int, style: TextStyle, verbose: bo
 
 
 def _verbose_lines(finding: Finding, width: int) -> List[str]:
+    import textwrap
+
     indent = " " * (width + 4)
     lines = []
     if finding.detail:
