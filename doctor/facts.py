@@ -224,7 +224,7 @@ class CpuFacts(NamedTuple):
 
 def read_cpu(root: Root) -> CpuFacts:
     """Read CPU facts through ``root``."""
-    text = (root.read("/proc/cpuinfo") or "").replace("\0", "")
+    text = root.read("/proc/cpuinfo") or ""  # Root drops NULs; parse_cpuinfo would too
     plain = text.isascii() and not any(ch in text for ch in _ODD_CPUINFO)
     # Model and flags come from the first processor's block, the ids from every block: a
     # host of 2,048 processors has a 3 MB cpuinfo, so plain text is parsed only that far.
@@ -252,9 +252,9 @@ def read_cpu(root: Root) -> CpuFacts:
     )
 
 
-# Plain cpuinfo: ASCII, its only line break \n and its only blanks space and tab, so that
-# the patterns below read it as parse_cpuinfo does (a block ends at a blank line).
-_ODD_CPUINFO = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
+# Plain cpuinfo: ASCII, no NULs, its only line break \n, its only blanks space and tab, so
+# that the patterns below read it as parse_cpuinfo does (a block ends at a blank line).
+_ODD_CPUINFO = ("\0", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
 _CPUINFO_IDS = re.compile(r"\n[ \t]*(?:(processor|physical id|core id)[ \t]*:(.*)|(?=\n))")
 _BLANK_LINE = re.compile(r"\n[ \t]*(?=\n)")
 

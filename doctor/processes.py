@@ -15,7 +15,8 @@ CLOCK_TICKS = 100  # USER_HZ on every mainstream architecture
 # The scan reads thousands of status files: pick out only the lines it uses. Text with
 # line breaks other than \n (or NULs) goes through parse_status, which they would change.
 _STATUS_KEYS = re.compile(r"\n[^\S\n]*(Name|PPid|Uid|HugetlbPages|Cpus_allowed_list)[^\S\n]*:(.*)")
-_ODD_BREAKS = re.compile("[\0\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+# Compiled on first use (re caches it): only non-ASCII status text needs it.
+_ODD_BREAKS = "[\0\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]"
 
 
 class ProcessInfo(NamedTuple):
@@ -106,7 +107,7 @@ def _kb_value(text: str) -> int:
 
 def _status_fields(text: str) -> Dict[str, str]:
     if not text.isascii():
-        if _ODD_BREAKS.search(text):
+        if re.search(_ODD_BREAKS, text):
             return parse_status(text)
     # The same test for ASCII text: a few `in` scans cost a fifth of the search.
     elif ("\0" in text or "\r" in text or "\x0b" in text or "\x0c" in text or "\x1c" in text
