@@ -6,6 +6,7 @@ from typing import FrozenSet, Iterator, Optional
 
 from strata_doctor.binding import plan_for
 from strata_doctor.context import HostContext
+from strata_doctor.memory import read_node_pools
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.parse import format_bytes, parse_meminfo
 from strata_doctor.registry import Check
@@ -88,15 +89,10 @@ class ArenaFit(Check):
         )
 
     def _pool_bytes(self, ctx: HostContext, nodes: FrozenSet[int]) -> int:
-        page = parse_meminfo(ctx.root.read("/proc/meminfo") or "").get("Hugepagesize", 0)
-        paths = (
-            [f"/sys/devices/system/node/node{n}/meminfo" for n in sorted(nodes)]
-            if nodes else ["/proc/meminfo"]
-        )
-        return sum(
-            parse_meminfo(ctx.root.read(path) or "").get("HugePages_Total", 0) * page
-            for path in paths
-        )
+        # Every page size counts (a 1 GiB pool too), as the hugepages check counts them.
+        if nodes:
+            return sum(p.size * p.total for p in read_node_pools(ctx.root) if p.node in nodes)
+        return parse_meminfo(ctx.root.read("/proc/meminfo") or "").get("Hugetlb", 0)
 
     def _capacity(
         self, ctx: HostContext

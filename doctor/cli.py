@@ -123,12 +123,10 @@ def open_host(options: HostOptions) -> Tuple[Any, Any]:
 
 
 def _unpack_bundle(path: str) -> str:
+    from strata_doctor.bundle import unpack  # tarfile and gzip only when replaying a bundle
+
     try:
-        bundle = importlib.import_module("strata_doctor.bundle")
-    except ImportError:
-        raise UsageFailure("--bundle: this build cannot read bundles") from None
-    try:
-        return str(bundle.unpack(path))
+        return str(unpack(path))
     except (OSError, ValueError) as exc:
         raise UsageFailure(f"{path}: not a strata-doctor bundle: {exc}") from None
 

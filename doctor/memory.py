@@ -480,7 +480,7 @@ def read_hugepages(root: Root, processes: Sequence[ProcessInfo]) -> HugepageFact
     nr = parse_int(root.read(NR_HUGEPAGES))
     overcommit = parse_int(root.read(NR_OVERCOMMIT))
     pools = _read_pools(root, meminfo, default_size, nr, overcommit)
-    node_pools = _read_node_pools(root)
+    node_pools = read_node_pools(root)
     mounts_text = root.read("/proc/mounts") or root.read("/proc/self/mounts") or ""
     mounts = parse_mounts(mounts_text)
     holders = tuple(sorted(
@@ -552,7 +552,8 @@ def _read_pools(
     return tuple(pools[s] for s in sorted(pools))
 
 
-def _read_node_pools(root: Root) -> Tuple[NodePool, ...]:
+def read_node_pools(root: Root) -> Tuple[NodePool, ...]:
+    """Every node's pool of every page size, from ``nodeN/hugepages/hugepages-<N>kB/``."""
     result: List[NodePool] = []
     nodes = sorted(int(n[4:]) for n in root.listdir(NODE_DIR) if n.startswith("node") and n[4:].isdigit())
     for node in nodes:

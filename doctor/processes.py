@@ -54,19 +54,11 @@ def read_processes(root: Root) -> Tuple[ProcessInfo, ...]:
     """Every process under ``/proc`` that could be read, in pid order."""
     result: List[ProcessInfo] = []
     pids = sorted(int(name) for name in root.listdir("/proc") if name.isdigit())
-    for pid in pids:  # read_one, inlined: thousands of processes
+    for pid in pids:
         status_text = root.read(f"/proc/{pid}/status")
         if status_text is not None:
             result.append(parse_process(pid, status_text, root.read(f"/proc/{pid}/stat") or ""))
     return tuple(result)
-
-
-def read_one(root: Root, pid: int) -> Optional[ProcessInfo]:
-    """One process; None when it exited while being read."""
-    status_text = root.read(f"/proc/{pid}/status")
-    if status_text is None:
-        return None
-    return parse_process(pid, status_text, root.read(f"/proc/{pid}/stat") or "")
 
 
 def parse_process(pid: int, status_text: str, stat_text: str) -> ProcessInfo:

@@ -172,3 +172,16 @@ def test_memory_only_node_is_not_the_remote_cost(tmp_path: Path) -> None:
     result = run_cli(["check", "numa-topology", "numa-binding", "--root", str(root)])
     assert "21/10 = 2.1x" in result.stdout and "28/10" not in result.stdout
     assert "distance 10/21" in result.stdout
+
+
+def test_low_free_names_every_page_size_of_the_nodes_pool(tmp_path: Path) -> None:
+    # Node 1 has 8 GiB free of 16 GiB; 4 x 1 GiB pages sit in its pool. 20 GiB needed.
+    files = two_node_files(unit_show=UNBOUND_UNIT)
+    pool = "/sys/devices/system/node/node1/hugepages/hugepages-1048576kB"
+    files[f"{pool}/nr_hugepages"] = "4\n"
+    files[f"{pool}/free_hugepages"] = "4\n"
+    files["/etc/strata-doctor.yaml"] = "arena: 10GiB\nheadroom: 2GiB\n"
+    root = write_tree(tmp_path / "h", files)
+    data = json.loads(run_cli(["check", "arena-fit", "--root", str(root), "--format", "json"]).stdout)
+    low = next(f for f in data["findings"] if f["id"] == "low-free")
+    assert "4.00 GiB of the node's memory sits in the hugepage pool" in low["detail"]
