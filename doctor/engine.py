@@ -347,7 +347,7 @@ def read_process(root: Root, pid: int) -> Optional[EngineProcess]:
         return None
     status = parse_status(status_text)
     # One pass for both sums: a large engine's numa_maps has a million lines.
-    per_node, per_policy = numa_maps_totals(root.read(f"/proc/{pid}/numa_maps") or "")
+    per_node, per_policy = numa_maps_totals(root.read_bytes(f"/proc/{pid}/numa_maps") or b"")
     return EngineProcess(
         pid=pid,
         cpus_allowed=parse_cpulist(status.get("Cpus_allowed_list", "")),

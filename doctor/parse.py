@@ -208,60 +208,64 @@ def parse_numa_maps(text: str) -> Dict[int, int]:
 
     Returns node id -> bytes, as ``numastat -p`` does.
     """
-    return numa_maps_totals(text)[0]
+    return numa_maps_totals(text.encode("utf-8", "surrogatepass"))[0]
 
 
-# Characters that make ``split("\n")`` differ from ``splitlines()`` or ``split(" ")`` from
-# ``split()``; text without them (what the kernel writes) takes the fast path.
-_NOT_PLAIN = ("\0", "\t", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
+# Bytes that make ``split(b"\n")`` differ from ``str.splitlines()`` or ``split(b" ")`` from
+# ``str.split()``; text without them (what the kernel writes) takes the fast path.
+_NOT_PLAIN = (b"\t", b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
 _PAGE_SIZE_WORD = " kernelpagesize_kB="
+_PAGE_SIZE_BYTES = _PAGE_SIZE_WORD.encode()
 
 
-def numa_maps_totals(text: str) -> Tuple[Dict[int, int], Dict[str, int]]:
+def numa_maps_totals(data: bytes) -> Tuple[Dict[int, int], Dict[str, int]]:
     """Bytes per node and bytes per memory policy (``default``, ``prefer:1``...) of a
-    ``numa_maps``, in one pass: a large engine has a million lines."""
+    ``numa_maps`` as read, in one pass: a large engine has a million lines (80 MB), which
+    is why this parser takes the file's bytes and decodes only what it keeps."""
+    data = data.replace(b"\0", b"")
+    if not data.isascii() or any(odd in data for odd in _NOT_PLAIN):
+        return _numa_maps_totals_of_text(data.decode("utf-8", "replace"))
+    # The kernel's own layout, ``ADDR POLICY FLAGS... N0=3 N1=5 kernelpagesize_kB=4``: each
+    # line only files the text of its counts (``0=3 N1=5``) under its (policy, page size),
+    # and the counts are checked and summed once per distinct ``N`` word afterwards, which
+    # is what makes a million lines cheap. No flag word starts with ``N`` (the kernel
+    # escapes spaces in file names), so the first `` N`` starts the counts. ASCII only, so
+    # isdigit means 0-9. Lines without counts only name a policy; any other line takes the
+    # general path.
     per_node: Dict[int, int] = {}
-    per_policy: Dict[str, int] = {}
-    if not (text.isascii() and not any(ch in text for ch in _NOT_PLAIN)):
-        for line in text.splitlines():
-            _add_any_line(line, per_node, per_policy)
-        return per_node, per_policy
-    # The kernel's own layout, ``ADDR POLICY ... N0=3 N1=5 kernelpagesize_kB=4``: each
-    # line only files its ``N`` words under its (policy, page size); the words are checked
-    # and summed once per distinct word afterwards, which is what makes a million lines
-    # cheap. ASCII only, so isdigit means 0-9. Lines without counts only name a policy;
-    # any other line takes the general path.
-    counts_by: Dict[Tuple[str, str], List[str]] = {}
-    other: List[str] = []
-    for line in text.split("\n"):
-        head, sep, size = line.rpartition(_PAGE_SIZE_WORD)
+    per_policy: Dict[bytes, int] = {}
+    counts_by: Dict[Tuple[bytes, bytes], List[bytes]] = {}
+    other: List[bytes] = []
+    for line in data.split(b"\n"):
+        head, sep, tail = line.partition(b" N")
         if sep:
-            parts = head.split(" N")
-            words = parts[0].split(None, 2)
-            if len(parts) > 1 and len(words) > 1 and words[0][0] != "N":
+            counts, sep, size = tail.rpartition(_PAGE_SIZE_BYTES)
+            words = head.split(None, 2)
+            if sep and len(words) > 1 and words[0][0] != 78:  # 78 is N: a count, not an address
                 key = (words[1], size)
                 found = counts_by.get(key)
                 if found is None:
-                    counts_by[key] = parts[1:]
+                    counts_by[key] = [counts]
                 else:
-                    found += parts[1:]
+                    found.append(counts)
                 continue
-        elif " N" not in line and line.lstrip()[:1] != "N":  # no pages on any node
+        elif line[:1] != b"N":  # no pages on any node
             words = line.split(None, 2)
             if len(words) > 1:
                 per_policy[words[1]] = per_policy.get(words[1], 0)
             continue
         other.append(line)
-    for (policy, size), words in counts_by.items():
-        if not _add_counts(words, size, per_node, per_policy, policy):
-            return _numa_maps_totals_by_line(text)  # a malformed count: redo it line by line
+    for (policy, size), found in counts_by.items():
+        if not _add_counts(b" N".join(found).split(b" N"), size, per_node, per_policy, policy):
+            return _numa_maps_totals_by_line(data.decode("ascii"))  # a malformed count
+    totals = (per_node, {policy.decode("ascii"): size for policy, size in per_policy.items()})
     for line in other:
-        _add_any_line(line, per_node, per_policy)
-    return per_node, per_policy
+        _add_any_line(line.decode("ascii"), *totals)
+    return totals
 
 
-def _add_counts(words: List[str], size: str, per_node: Dict[int, int],
-                per_policy: Dict[str, int], policy: str) -> bool:
+def _add_counts(words: List[bytes], size: bytes, per_node: Dict[int, int],
+                per_policy: Dict[bytes, int], policy: bytes) -> bool:
     """Add ``N<node>=<pages>`` words (``N`` already split off) of one policy and page size;
     False, adding nothing, when any of them or the size is not exactly that."""
     if not (size.isdigit() and len(size) <= 64):
@@ -269,7 +273,7 @@ def _add_counts(words: List[str], size: str, per_node: Dict[int, int],
     page = int(size) * 1024
     sums: List[Tuple[int, int]] = []
     for word, times in Counter(words).items():
-        node_text, _, pages_text = word.partition("=")
+        node_text, _, pages_text = word.partition(b"=")
         if not (node_text.isdigit() and pages_text.isdigit()
                 and len(node_text) <= 64 and len(pages_text) <= 64):
             return False
@@ -280,6 +284,14 @@ def _add_counts(words: List[str], size: str, per_node: Dict[int, int],
         total += value
     per_policy[policy] = total
     return True
+
+
+def _numa_maps_totals_of_text(text: str) -> Tuple[Dict[int, int], Dict[str, int]]:
+    per_node: Dict[int, int] = {}
+    per_policy: Dict[str, int] = {}
+    for line in text.splitlines():
+        _add_any_line(line, per_node, per_policy)
+    return per_node, per_policy
 
 
 def _numa_maps_totals_by_line(text: str) -> Tuple[Dict[int, int], Dict[str, int]]:

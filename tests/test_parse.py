@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 from strata_doctor.parse import (
     MAX_CPU,
+    _add_any_line,
     format_bytes,
     format_cpulist,
+    numa_maps_totals,
     parse_bracketed_choice,
     parse_cpuinfo,
     parse_cpulist,
@@ -398,6 +400,60 @@ def test_parse_numa_maps_weighs_pages_by_kernelpagesize(lines: List[Tuple[Dict[i
         for node, pages in counts.items():
             expected[node] = expected.get(node, 0) + pages * page_kb * 1024
     assert parse_numa_maps(text) == expected
+
+
+# Pieces of numa_maps lines, real and odd, so that the fast path meets what only the
+# general path can read: spaces doubled, words without a policy, counts out of place,
+# malformed or non-ASCII digits, page sizes that are not numbers, NULs and other breaks.
+NUMA_MAPS_WORDS = ["7f00", "55d1c0", "default", "prefer:1", "bind:0-1", "interleave:0-3",
+                   "anon=5", "dirty=3", "huge", "file=/usr/lib/libc.so.6", "N0=12", "N1=40",
+                   "N17=3", "N0=x", "N=4", "N1=²", "Nope", "kernelpagesize_kB=4",
+                   "kernelpagesize_kB=2048", "kernelpagesize_kB=", "kernelpagesize_kB=4k",
+                   "", "N0=" + "9" * 70]
+_any_words = st.lists(st.sampled_from(NUMA_MAPS_WORDS), max_size=3)
+# Mostly the kernel's order (address, policy, flags, counts, page size), each part possibly
+# replaced by any words, so that a line is almost right more often than by chance.
+_numa_maps_line = st.tuples(
+    st.sampled_from(["7f00", "55d1c0", "", "N3=1"]),
+    st.sampled_from(["default", "prefer:1", "bind:0-1", "", "N0=1"]),
+    _any_words,
+    st.lists(st.sampled_from(["N0=12", "N1=40", "N17=3", "N0=x", "N1=²", "N1=" + "9" * 70,
+                              "N" + "9" * 70 + "=1"]), max_size=3),
+    _any_words,
+    st.sampled_from(["kernelpagesize_kB=4", "kernelpagesize_kB=2048", "",
+                     "kernelpagesize_kB=" + "9" * 70]),
+).map(lambda parts: " ".join([parts[0], parts[1], *parts[2], *parts[3], *parts[4], parts[5]]))
+numa_maps_text = st.lists(
+    st.one_of(_numa_maps_line, st.lists(st.sampled_from(NUMA_MAPS_WORDS), max_size=8).map(" ".join)),
+    max_size=12,
+).flatmap(lambda lines: st.sampled_from(["\n", "\n\n", "  \n", "\t\n", "\r\n"]).map(
+    lambda end: end.join(lines)))
+
+
+def numa_maps_by_general_path(text: str) -> Tuple[Dict[int, int], Dict[str, int]]:
+    per_node: Dict[int, int] = {}
+    per_policy: Dict[str, int] = {}
+    for line in text.splitlines():
+        _add_any_line(line, per_node, per_policy)
+    return per_node, per_policy
+
+
+@settings(generated, max_examples=500)
+@given(text=numa_maps_text)
+def test_numa_maps_totals_agree_with_the_general_path(text: str) -> None:
+    assert numa_maps_totals(text.encode()) == numa_maps_by_general_path(text)
+
+
+def test_numa_maps_totals_of_kernel_lines() -> None:
+    per_node, per_policy = numa_maps_totals(
+        b"7f00 prefer:1 anon=5 dirty=5 N0=2 N1=3 kernelpagesize_kB=4\n"
+        b"7f20 prefer:1 file=/usr/lib/libc.so.6 mapped=3 mapmax=80 N1=3 kernelpagesize_kB=4\n"
+        b"7f40 prefer:1 huge anon=24 dirty=24 N1=24 kernelpagesize_kB=2048\n"
+        b"7f60 default file=/usr/lib/libstrata_experts.so\n"
+        b"7f80 default anon=1 N0=1 kernelpagesize_kB=4\n"
+    )
+    assert per_node == {0: 3 * 4096, 1: 6 * 4096 + 24 * 2048 * 1024}
+    assert per_policy == {"prefer:1": 8 * 4096 + 24 * 2048 * 1024, "default": 4096}
 
 
 def test_parse_mounts_decodes_octal_escapes() -> None:

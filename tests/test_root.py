@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 from strata_doctor.root import Command, Root
@@ -23,6 +25,26 @@ def test_missing_empty_and_nul_files_are_facts(tmp_path: Path) -> None:
     assert root.reads["/sys/missing"] == "missing"
     assert root.read_value("/sys/a") is None
     assert root.read_value("/sys/b") == "0-3"
+
+
+def test_files_of_every_size_read_whole(tmp_path: Path) -> None:
+    """Around each read size: the first 64 KiB read, the large-file reread, 1 MiB chunks."""
+    for size in (0, 1, 65535, 65536, 65537, (1 << 20) + 65536, 3 * (1 << 20) + 7):
+        data = bytes(index % 251 for index in range(size))
+        (tmp_path / f"f{size}").write_bytes(data)
+        assert Root(tmp_path).read_bytes(f"/f{size}") == data
+
+
+def test_a_pipe_reads_whole_though_it_cannot_seek(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    data = b"N0=1 " * 30000  # more than one 64 KiB read
+    writer = threading.Thread(target=fifo.write_bytes, args=(data,))
+    writer.start()
+    try:
+        assert Root(tmp_path).read_bytes("/fifo") == data
+    finally:
+        writer.join()
 
 
 def test_reads_probes_and_links_are_recorded(tmp_path: Path) -> None:
