@@ -1,5 +1,5 @@
 """Allows ``python -m strata_doctor``."""
 
-from strata_doctor.cli import main
+from strata_doctor.cli import run
 
-main()
+run()

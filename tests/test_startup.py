@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -101,3 +102,56 @@ def test_check_with_a_flat_config_does_not_import_yaml(two_node_host: Path) -> N
             pass
     """)
     assert "yaml" not in _modules_after(code) - _modules_after("pass")
+
+
+# -- the console script's exit ----------------------------------------------------
+SEED = HOSTS / "seed-box"
+# An object whose finalizer speaks only when the interpreter is torn down.
+_WATCHED = textwrap.dedent("""
+    import sys
+    from strata_doctor.cli import run
+
+    class Watched:
+        def __del__(self):
+            sys.stderr.write("torn down\\n")
+
+    watched = Watched()
+    sys.argv = ["strata-doctor", *sys.argv[1:]]
+    run()
+""")
+
+
+def _console(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", _WATCHED, *args], capture_output=True, text=True,
+                          check=False, env=env)
+
+
+def test_read_only_commands_skip_the_teardown_and_keep_their_output() -> None:
+    done = _console("check", "--root", str(SEED), "--format", "json")
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["ready"] is False  # the whole document, flushed
+    assert "torn down" not in done.stderr
+    plan = _console("numa-plan", "--root", str(SEED), "--arena", "46.84GiB", "--format", "shell")
+    assert (plan.returncode, plan.stdout, plan.stderr) == (0, "numactl --preferred=1 --cpunodebind=1\n", "")
+
+
+def test_writing_commands_and_errors_end_the_ordinary_way(tmp_path: Path) -> None:
+    report = _console("report", "--root", str(SEED), "--output", str(tmp_path / "r.md"))
+    assert report.returncode == 0 and (tmp_path / "r.md").read_text().startswith("#")
+    assert "torn down" in report.stderr
+    usage = _console("check", "--root", str(SEED), "--no-such-option")
+    assert usage.returncode == 2 and "No such option" in usage.stderr
+
+
+def test_exit_handlers_still_run(tmp_path: Path) -> None:
+    """A replayed bundle is unpacked into a temporary tree that an exit handler removes."""
+    bundle = tmp_path / "seed.tar.gz"
+    made = _console("report", "--root", str(SEED), "--bundle", str(bundle))
+    assert made.returncode == 0, made.stderr
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    replay = _console("check", "--bundle", str(bundle), "--quiet", env=env)
+    assert replay.returncode == 1 and "numa-binding/unbound" in replay.stdout
+    assert "torn down" not in replay.stderr
+    assert list(scratch.iterdir()) == []
