@@ -5,6 +5,7 @@ Each reader takes a :class:`~strata_doctor.root.Root`; each parser it uses lives
 """
 
 import re
+from operator import itemgetter
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 from strata_doctor.parse import (
@@ -224,23 +225,19 @@ class CpuFacts(NamedTuple):
 
 def read_cpu(root: Root) -> CpuFacts:
     """Read CPU facts through ``root``."""
-    text = root.read("/proc/cpuinfo") or ""  # Root drops NULs; parse_cpuinfo would too
-    plain = text.isascii() and not any(ch in text for ch in _ODD_CPUINFO)
+    data = (root.read_bytes("/proc/cpuinfo") or b"").replace(b"\0", b"")  # as Root.read does
     # Model and flags come from the first processor's block, the ids from every block: a
-    # host of 2,048 processors has a 3 MB cpuinfo, so plain text is parsed only that far.
-    blocks = parse_cpuinfo(_first_cpuinfo_block(text) if plain else text)
+    # host of 2,048 processors has a 3 MB cpuinfo, so plain text is decoded and parsed only
+    # that far, and its ids are picked from the bytes.
+    if data.isascii() and not any(odd in data for odd in _ODD_CPUINFO):
+        blocks = parse_cpuinfo(_first_cpuinfo_block(data).decode("ascii"))
+        package_of, core_of = plain_cpuinfo_topology(data)
+    else:
+        blocks = parse_cpuinfo(data.decode("utf-8", "replace"))
+        package_of, core_of = blocks_topology(blocks)
     first = blocks[0] if blocks else None
     model = (first.get("model name") or first.get("cpu")) if first else None
     flags_text = (first.get("flags") or first.get("Features") or "") if first else ""
-    package_of: Dict[int, int] = {}
-    core_of: Dict[int, Tuple[int, int]] = {}
-    for block in _cpuinfo_ids(text) if plain else blocks:
-        cpu = parse_int(block.get("processor"))
-        pkg = parse_int(block.get("physical id"))
-        core = parse_int(block.get("core id"))
-        if cpu is not None and pkg is not None:
-            package_of[cpu] = pkg
-            core_of[cpu] = (pkg, core if core is not None else cpu)
     if not package_of:
         package_of, core_of = _sysfs_topology(root)
     return CpuFacts(
@@ -252,29 +249,68 @@ def read_cpu(root: Root) -> CpuFacts:
     )
 
 
-# Plain cpuinfo: ASCII, no NULs, its only line break \n, its only blanks space and tab, so
+# Plain cpuinfo (its NULs dropped): ASCII, its only line break \n, its only blanks space and tab, so
 # that the patterns below read it as parse_cpuinfo does (a block ends at a blank line).
-_ODD_CPUINFO = ("\0", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
-_CPUINFO_IDS = re.compile(r"\n[ \t]*(?:(processor|physical id|core id)[ \t]*:(.*)|(?=\n))")
-_BLANK_LINE = re.compile(r"\n[ \t]*(?=\n)")
+_ODD_CPUINFO = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
+_CPUINFO_IDS = re.compile(rb"\n[ \t]*(?:(processor|physical id|core id)[ \t]*:(.*)|(?=\n))")
+_BLANK_LINE = re.compile(rb"\n[ \t]*(?=\n)")
 
 
-def _first_cpuinfo_block(text: str) -> str:
-    """The text up to the end of plain cpuinfo's first block: up to the first blank line
-    after the first line with a colon."""
-    colon = text.find(":")
-    end = _BLANK_LINE.search(text, colon) if colon >= 0 else None
-    return text[: end.start()] if end else text
+def _first_cpuinfo_block(data: bytes) -> bytes:
+    """Plain cpuinfo up to the end of its first block: up to the first blank line after the
+    first line with a colon."""
+    colon = data.find(b":")
+    end = _BLANK_LINE.search(data, colon) if colon >= 0 else None
+    return data[: end.start()] if end else data
 
 
-def _cpuinfo_ids(text: str) -> List[Dict[str, str]]:
+Topology = Tuple[Dict[int, int], Dict[int, Tuple[int, int]]]
+"""CPU -> package, and CPU -> (package, core)."""
+
+
+def blocks_topology(blocks: List[Dict[str, str]]) -> Topology:
+    """Packages and cores of the cpuinfo blocks that name a processor and its package."""
+    package_of: Dict[int, int] = {}
+    core_of: Dict[int, Tuple[int, int]] = {}
+    for block in blocks:
+        cpu = parse_int(block.get("processor"))
+        pkg = parse_int(block.get("physical id"))
+        core = parse_int(block.get("core id"))
+        if cpu is not None and pkg is not None:
+            package_of[cpu] = pkg
+            core_of[cpu] = (pkg, core if core is not None else cpu)
+    return package_of, core_of
+
+
+# x86 writes these three keys in this order in every block; its blank line closes the block.
+_REGULAR_IDS = [b"processor", b"physical id", b"core id", b""]
+
+
+def plain_cpuinfo_topology(data: bytes) -> Topology:
+    """:func:`blocks_topology` of plain cpuinfo (see ``_ODD_CPUINFO``), without building a
+    block for each of thousands of processors when every block is laid out alike."""
+    found = _CPUINFO_IDS.findall(b"\n" + data)
+    if found and found[-1][0]:
+        found.append((b"", b""))  # the last block ends without a blank line
+    if list(map(itemgetter(0), found)) == _REGULAR_IDS * (len(found) // 4):
+        values = list(map(itemgetter(1), found))
+        try:  # int() reads what parse_int reads in decimal; anything else takes the long way
+            cpus, packages, cores = (list(map(int, values[column::4])) for column in range(3))
+        except ValueError:
+            pass
+        else:
+            return dict(zip(cpus, packages)), dict(zip(cpus, zip(packages, cores)))
+    return blocks_topology(_id_blocks(found))
+
+
+def _id_blocks(found: List[Tuple[bytes, bytes]]) -> List[Dict[str, str]]:
     """``processor``, ``physical id`` and ``core id`` of each block of plain cpuinfo (blocks
     without any of them left out), as parse_cpuinfo would give them."""
     blocks: List[Dict[str, str]] = []
     current: Dict[str, str] = {}
-    for key, value in _CPUINFO_IDS.findall("\n" + text):
+    for key, value in found:
         if key:
-            current[key] = value.strip()
+            current[key.decode("ascii")] = value.decode("ascii").strip()
         elif current:
             blocks.append(current)
             current = {}

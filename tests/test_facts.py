@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from strata_doctor.context import place_gpu
-from strata_doctor.facts import read_cpu, read_gpus, read_numa
+from strata_doctor.facts import blocks_topology, plain_cpuinfo_topology, read_cpu, read_gpus, read_numa
+from strata_doctor.parse import parse_cpuinfo
 from strata_doctor.root import Root
 from tests.conftest import write_tree
 
@@ -329,6 +332,40 @@ def test_cpu_topology_from_sysfs_when_cpuinfo_has_none(tmp_path: Path) -> None:
     assert cpu.flags == frozenset({"fp", "asimd"})
     assert cpu.expert_isa == ()
     assert dict(cpu.package_of) == {0: 0, 1: 0, 2: 1, 3: 1}
+
+
+# Lines of cpuinfo blocks, mostly in x86's order, sometimes missing, doubled, moved or
+# with values that int() reads differently from parse_int (hex, blanks, signs, garbage).
+_ID_VALUES = st.sampled_from(["0", "1", "17", " 3 ", "0x1f", "", "x", "-1", "+2", "1_0", "9" * 70])
+_cpuinfo_block = st.tuples(
+    st.lists(st.sampled_from(["processor", "physical id", "core id", "model name", "flags",
+                              "  processor", "core id ", "processor2"]), min_size=0, max_size=5),
+    st.lists(_ID_VALUES, min_size=5, max_size=5),
+    st.booleans(),
+).map(lambda b: [f"{key}\t: {value}" for key, value in zip(
+    b[0] if b[2] else ["processor", "vendor_id", "physical id", "siblings", "core id"][: len(b[0]) + 3],
+    b[1])])
+_cpuinfo_text = st.tuples(
+    st.lists(_cpuinfo_block, max_size=6),
+    st.sampled_from(["\n\n", "\n \n", "\n\t\n", "\n", "\n\n\n"]),
+    st.sampled_from(["", "\n", "\n\n", " "]),
+).map(lambda t: t[1].join("\n".join(lines) for lines in t[0]) + t[2])
+
+
+@settings(database=None, deadline=None, max_examples=400)
+@given(_cpuinfo_text)
+def test_plain_cpuinfo_topology_agrees_with_parse_cpuinfo(text: str) -> None:
+    assert plain_cpuinfo_topology(text.encode()) == blocks_topology(parse_cpuinfo(text))
+
+
+def test_regular_cpuinfo_of_a_large_host() -> None:
+    blocks: List[str] = [
+        f"processor\t: {c}\nvendor_id\t: GenuineIntel\nphysical id\t: {c // 256}\n"
+        f"core id\t\t: {c % 128}\nflags\t\t: fpu avx2\n" for c in range(2048)
+    ]
+    package_of, core_of = plain_cpuinfo_topology(("\n".join(blocks) + "\n").encode())
+    assert len(package_of) == 2048 and set(package_of.values()) == set(range(8))
+    assert core_of[2047] == (7, 127) and core_of[300] == (1, 44)
 
 
 @pytest.mark.parametrize("flags", ["avx512f avx512_bf16 amx_tile avx2", "avx2 avx512f"])
