@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from functools import lru_cache
+from operator import mul
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
 _SIZE_UNITS = {
@@ -264,24 +265,26 @@ def numa_maps_totals(data: bytes) -> Tuple[Dict[int, int], Dict[str, int]]:
     return totals
 
 
+# What the distinct count words of one (policy, page size), joined by spaces, must be;
+# compiled on first use (re caches it), as only an engine's numa_maps needs it.
+_COUNT_WORDS = rb"[0-9]{1,64}=[0-9]{1,64}(?: [0-9]{1,64}=[0-9]{1,64})*"
+
+
 def _add_counts(words: List[bytes], size: bytes, per_node: Dict[int, int],
                 per_policy: Dict[bytes, int], policy: bytes) -> bool:
     """Add ``N<node>=<pages>`` words (``N`` already split off) of one policy and page size;
     False, adding nothing, when any of them or the size is not exactly that."""
-    if not (size.isdigit() and len(size) <= 64):
+    tally = Counter(words)
+    joined = b" ".join(tally)
+    if not (size.isdigit() and len(size) <= 64 and re.fullmatch(_COUNT_WORDS, joined)):
         return False
+    # Checked as a whole, the distinct words are converted without a Python step each.
+    numbers = list(map(int, joined.replace(b"=", b" ").split(b" ")))
     page = int(size) * 1024
-    sums: List[Tuple[int, int]] = []
-    for word, times in Counter(words).items():
-        node_text, _, pages_text = word.partition(b"=")
-        if not (node_text.isdigit() and pages_text.isdigit()
-                and len(node_text) <= 64 and len(pages_text) <= 64):
-            return False
-        sums.append((int(node_text), int(pages_text) * page * times))
     total = per_policy.get(policy, 0)
-    for node, value in sums:
-        per_node[node] = per_node.get(node, 0) + value
-        total += value
+    for node, value in zip(numbers[0::2], map(mul, numbers[1::2], tally.values())):
+        per_node[node] = per_node.get(node, 0) + value * page
+        total += value * page
     per_policy[policy] = total
     return True
 
