@@ -52,13 +52,20 @@ READ_ONLY_COMMANDS = frozenset({"check", "list-checks", "numa-plan"})
 def run() -> None:
     """The ``strata-doctor`` console script: :func:`main`, then a quick exit after the
     commands that only read."""
+    command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+    read_only = command in READ_ONLY_COMMANDS
+    if read_only:
+        # A short run that makes no reference cycles worth collecting: the collector's
+        # passes over a large host's thousands of new objects cost more than they free.
+        import gc
+
+        gc.disable()
     code: Union[str, int, None] = 0
     try:
         main(prog_name="strata-doctor")  # standalone mode: it always ends in SystemExit
     except SystemExit as leaving:
         code = leaving.code
-    command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
-    if command in READ_ONLY_COMMANDS and isinstance(code, int) and _alone():
+    if read_only and isinstance(code, int) and _alone():
         _leave_now(code)
     sys.exit(code)
 
