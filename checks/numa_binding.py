@@ -7,7 +7,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 from strata_doctor.binding import BindingPlan, BindingState, assess, plan_for
 from strata_doctor.context import HostContext
 from strata_doctor.engine import unit_command
-from strata_doctor.fixes import binding_fix_for, numactl_line
+from strata_doctor.fixes import SYSTEMD_VERSION, binding_fix_for, numactl_line
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.parse import format_cpulist
 from strata_doctor.registry import Check
@@ -36,7 +36,7 @@ class NumaBinding(Check):
     title = "Engine NUMA binding"
 
     def commands(self, ctx: HostContext) -> Sequence[Command]:
-        return (unit_command(ctx.config.unit),)
+        return (unit_command(ctx.config.unit), SYSTEMD_VERSION)  # the fix depends on the version
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if ctx.config.numa == "off":

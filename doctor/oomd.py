@@ -519,9 +519,10 @@ def read_oomd(
 
     units: List[UnitOomSettings] = []
     if cgroup and systemd:
-        for unit, path in cgroup_units(cgroup):
-            below_user = user_manager_uid(path) is not None and not _USER_MANAGER.match(unit)
-            units.append(read_unit_oom(root, unit, path, show=not below_user))
+        ancestors = [(unit, path, user_manager_uid(path) is None or bool(_USER_MANAGER.match(unit)))
+                     for unit, path in cgroup_units(cgroup)]
+        root.run_all(unit_command(unit) for unit, _, shown in ancestors if shown)  # together
+        units = [read_unit_oom(root, unit, path, show=shown) for unit, path, shown in ancestors]
     return OomdFacts(
         systemd=systemd,
         systemd_reason=oomd.reason,

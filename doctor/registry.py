@@ -137,11 +137,12 @@ def run_checks(
 ) -> List[CheckResult]:
     """Run each check; a crash becomes its own row and the others still run."""
     instances = [cls() for cls in checks]
+    # Every declared command starts now, together: applies() already reads some of them
+    # (oomd's facts need three), and one after another they would cost their sum.
+    ctx.root.run_all(cmd for c in instances for cmd in _safe_commands(c, ctx))
     skips: Dict[str, Optional[str]] = {}
     for check in instances:
         skips[check.id] = _guarded_applies(check, ctx)
-    wanted = [c for c in instances if skips[c.id] is None]
-    ctx.root.run_all(cmd for c in wanted for cmd in _safe_commands(c, ctx))
     ignored = frozenset(ignore)
     return [_run_one(check, ctx, skips[check.id], ignored) for check in instances]
 

@@ -6,7 +6,9 @@ import json
 import os
 import threading
 from pathlib import Path
+from typing import Iterator, Optional, Tuple
 
+from strata_doctor.model import Finding
 from strata_doctor.root import Command, Root
 from tests.conftest import write_tree
 
@@ -83,3 +85,41 @@ def test_commands_replay_from_the_capture_never_the_live_host(tmp_path: Path) ->
     assert (shown.stdout, shown.status, shown.missing) == ("LoadState=loaded\n", 3, False)
     absent = root.run(Command("nvidia-smi", ("nvidia-smi",)))
     assert absent.missing and absent.status is None
+
+
+def _rendezvous(me: str, other: str, where: Path) -> Command:
+    """A command that leaves its mark and waits up to 5 s for the other's: both succeed
+    only when the two run at the same time."""
+    script = (f'touch "{where}/{me}"; i=0; while [ $i -lt 100 ]; do [ -e "{where}/{other}" ] && exit 0; '
+              'sleep 0.05; i=$((i+1)); done; exit 1')
+    return Command(f"rendezvous-{me}", ("sh", "-c", script))
+
+
+def test_declared_commands_start_together_before_any_check_asks(tmp_path: Path) -> None:
+    """oomd's applies() reads three commands: they must not run one by one."""
+    from strata_doctor.context import HostContext
+    from strata_doctor.engine import load_config
+    from strata_doctor.registry import Check, run_checks
+
+    def waiting(name: str, other: str) -> type:
+        class Waits(Check):
+            """Needs its command to have met the other's."""
+
+            id = f"waits-{name}"
+            title = name
+
+            def commands(self, ctx: HostContext) -> Tuple[Command, ...]:
+                return (_rendezvous(name, other, tmp_path),)
+
+            def applies(self, ctx: HostContext) -> Optional[str]:
+                met = ctx.root.run(_rendezvous(name, other, tmp_path)).status == 0
+                return None if met else "ran alone"
+
+            def run(self, ctx: HostContext) -> Iterator[Finding]:
+                return iter(())
+
+        return Waits
+
+    live = Root("/")  # commands run for real; they touch only tmp_path
+    results = run_checks(HostContext(live, load_config(live, None)), [waiting("a", "b"), waiting("b", "a")])
+    assert [(r.check, r.skip) for r in results] == [("waits-a", None), ("waits-b", None)]
