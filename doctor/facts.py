@@ -169,6 +169,8 @@ def _pair_distances(
 
 def _overlap_quirks(nodes: List[NumaNode]) -> List[str]:
     """A CPU belongs to exactly one node; firmware that lists it twice is broken."""
+    if sum(len(node.all_cpus) for node in nodes) == len(frozenset().union(*(n.all_cpus for n in nodes))):
+        return []  # no CPU is listed twice (the common case, without a table of every CPU)
     owners: Dict[int, List[int]] = {}
     for node in nodes:
         for cpu in node.all_cpus:
