@@ -82,8 +82,9 @@ def _leave_now(code: int) -> None:
 
     atexit._run_exitfuncs()  # e.g. removing a replayed bundle's temporary tree
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None when the process was started with it closed
+                stream.flush()
     except (OSError, ValueError):  # a closed pipe or a full disk: the ordinary exit reports it
         return
     os._exit(code)

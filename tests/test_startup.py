@@ -156,3 +156,12 @@ def test_exit_handlers_still_run(tmp_path: Path) -> None:
     assert replay.returncode == 1 and "numa-binding/unbound" in replay.stdout
     assert "torn down" not in replay.stderr
     assert list(scratch.iterdir()) == []
+
+
+def test_closed_output_streams_are_no_error() -> None:
+    """Started with stdout (and stderr) closed, Python sets them to None."""
+    for closed in (">&-", ">&- 2>&-"):
+        done = subprocess.run(["sh", "-c", f'exec "$0" -c "$1" check --root "$2" --quiet {closed}',
+                               sys.executable, _WATCHED, str(SEED)],
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
