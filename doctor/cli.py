@@ -52,6 +52,9 @@ READ_ONLY_COMMANDS = frozenset({"check", "list-checks", "numa-plan"})
 def run() -> None:
     """The ``strata-doctor`` console script: :func:`main`, then a quick exit after the
     commands that only read."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:  # started with it closed: its output goes nowhere
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - kept open to the end
     command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
     read_only = command in READ_ONLY_COMMANDS
     if read_only:
@@ -82,9 +85,8 @@ def _leave_now(code: int) -> None:
 
     atexit._run_exitfuncs()  # e.g. removing a replayed bundle's temporary tree
     try:
-        for stream in (sys.stdout, sys.stderr):
-            if stream is not None:  # None when the process was started with it closed
-                stream.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
     except (OSError, ValueError):  # a closed pipe or a full disk: the ordinary exit reports it
         return
     os._exit(code)
