@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from strata_doctor.parse import (
     MAX_CPU,
-    _add_any_line,
+    _numa_maps_totals_of_text,
     format_bytes,
     format_cpulist,
     numa_maps_totals,
@@ -430,18 +430,10 @@ numa_maps_text = st.lists(
     lambda end: end.join(lines)))
 
 
-def numa_maps_by_general_path(text: str) -> Tuple[Dict[int, int], Dict[str, int]]:
-    per_node: Dict[int, int] = {}
-    per_policy: Dict[str, int] = {}
-    for line in text.splitlines():
-        _add_any_line(line, per_node, per_policy)
-    return per_node, per_policy
-
-
 @settings(generated, max_examples=500)
 @given(text=numa_maps_text)
 def test_numa_maps_totals_agree_with_the_general_path(text: str) -> None:
-    assert numa_maps_totals(text.encode()) == numa_maps_by_general_path(text)
+    assert numa_maps_totals(text.encode()) == _numa_maps_totals_of_text(text)  # the per-line path
 
 
 def test_numa_maps_totals_of_kernel_lines() -> None:
