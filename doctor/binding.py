@@ -148,7 +148,8 @@ def _process_follows(
 
 def _policy_nodes(policy: str) -> FrozenSet[int]:
     kind, _, nodes = policy.partition(":")
-    if kind not in ("prefer", "bind", "interleave", "preferred-many", "prefer (many)"):
+    kind = kind.partition("=")[0]  # mode flags: bind=static:0-1
+    if kind not in ("prefer", "bind", "interleave", "preferred-many", "prefer (many)", "weighted interleave"):
         return frozenset()
     return parse_cpulist(nodes)
 

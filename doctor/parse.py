@@ -219,11 +219,27 @@ _PAGE_SIZE_WORD = " kernelpagesize_kB="
 _PAGE_SIZE_BYTES = _PAGE_SIZE_WORD.encode()
 
 
+# Policy modes whose names hold a space (mpol_to_str: "prefer (many)" since Linux 5.15,
+# "weighted interleave" since 6.9). Their space becomes a NUL, which no numa_maps holds
+# once its NULs are dropped, so that such a line splits into words like any other; the
+# names get their space back at the end.
+_SPACED_MODES = ((b" prefer (many)", b" prefer\0(many)"), (b" weighted interleave", b" weighted\0interleave"))
+
+
 def numa_maps_totals(data: bytes) -> Tuple[Dict[int, int], Dict[str, int]]:
-    """Bytes per node and bytes per memory policy (``default``, ``prefer:1``...) of a
-    ``numa_maps`` as read, in one pass: a large engine has a million lines (80 MB), which
-    is why this parser takes the file's bytes and decodes only what it keeps."""
+    """Bytes per node and bytes per memory policy (``default``, ``prefer:1``,
+    ``prefer (many):0-1``...) of a ``numa_maps`` as read, in one pass: a large engine has a
+    million lines (80 MB), which is why this parser takes the file's bytes and decodes only
+    what it keeps."""
     data = data.replace(b"\0", b"")
+    for spaced, joined in _SPACED_MODES:
+        data = data.replace(spaced, joined)
+    per_node, per_policy = numa_maps_sums(data)
+    return per_node, {policy.replace("\0", " "): size for policy, size in per_policy.items()}
+
+
+def numa_maps_sums(data: bytes) -> Tuple[Dict[int, int], Dict[str, int]]:
+    """:func:`numa_maps_totals` of NUL-free bytes, policy names as the lines' second words."""
     if not data.isascii() or any(odd in data for odd in _NOT_PLAIN):
         return _numa_maps_totals_of_text(data.decode("utf-8", "replace"))
     # The kernel's own layout, ``ADDR POLICY FLAGS... N0=3 N1=5 kernelpagesize_kB=4``: each

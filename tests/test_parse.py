@@ -17,6 +17,7 @@ from strata_doctor.parse import (
     _numa_maps_totals_of_text,
     format_bytes,
     format_cpulist,
+    numa_maps_sums,
     numa_maps_totals,
     parse_bracketed_choice,
     parse_cpuinfo,
@@ -433,7 +434,19 @@ numa_maps_text = st.lists(
 @settings(generated, max_examples=500)
 @given(text=numa_maps_text)
 def test_numa_maps_totals_agree_with_the_general_path(text: str) -> None:
-    assert numa_maps_totals(text.encode()) == _numa_maps_totals_of_text(text)  # the per-line path
+    assert numa_maps_sums(text.encode()) == _numa_maps_totals_of_text(text)  # the per-line path
+
+
+@pytest.mark.parametrize("odd", ["", "\t"])  # the fast path, and the general one
+def test_numa_maps_policies_whose_names_hold_a_space(odd: str) -> None:
+    per_node, per_policy = numa_maps_totals(
+        b"7f00 prefer (many):0-1 anon=6 dirty=6 N0=2 N1=4 kernelpagesize_kB=4\n"
+        b"7f20 weighted interleave:0-3 anon=4 N2=4 kernelpagesize_kB=4\n"
+        b"7f40 prefer (many)=static:0-1 file=/usr/lib/libc.so.6\n" + odd.encode()
+    )
+    assert per_node == {0: 2 * 4096, 1: 4 * 4096, 2: 4 * 4096}
+    assert per_policy == {"prefer (many):0-1": 6 * 4096, "weighted interleave:0-3": 4 * 4096,
+                          "prefer (many)=static:0-1": 0}
 
 
 def test_numa_maps_totals_of_kernel_lines() -> None:
@@ -539,3 +552,20 @@ FIELD_TEMPLATES = {
 def test_odd_numbers_in_number_fields_never_raise(parser: object, template: str, fields: List[str]) -> None:
     """Odd digits ('²', '١'), signs and 5000-digit numbers right where a parser calls int()."""
     parser(template.format(*fields))  # type: ignore[operator]
+
+
+def test_an_engine_under_preferred_many_follows_a_two_node_plan() -> None:
+    """Linux 5.15+ writes the policy as ``prefer (many):0-1``; that is the plan's own, even
+    where full nodes made most pages spill elsewhere."""
+    from strata_doctor.binding import BindingPlan, _policy_nodes, _process_follows
+    from strata_doctor.engine import EngineProcess
+
+    assert _policy_nodes("bind=static:0-1") == _policy_nodes("weighted interleave:0-1") == frozenset({0, 1})
+    line = b"7f00 prefer (many):0-1 anon=8 N0=1 N2=7 kernelpagesize_kB=4\n"
+    per_node, per_policy = numa_maps_totals(line * 3)
+    process = EngineProcess(4242, frozenset(range(8)), frozenset({0, 1}),
+                            tuple(sorted(per_node.items())), tuple(sorted(per_policy.items())))
+    plan = BindingPlan(frozenset({0, 1}), frozenset({0, 1}), frozenset(range(8)), "preferred-many", ())
+    assert _process_follows(process, plan, []) == (True, None)
+    elsewhere = plan._replace(mem_nodes=frozenset({2, 3}))  # 7 of 8 pages: not 90% local
+    assert _process_follows(process, elsewhere, [])[0] is False
