@@ -254,7 +254,8 @@ def read_cpu(root: Root) -> CpuFacts:
 # Plain cpuinfo (its NULs dropped): ASCII, its only line break \n, its only blanks space and tab, so
 # that the patterns below read it as parse_cpuinfo does (a block ends at a blank line).
 _ODD_CPUINFO = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
-_CPUINFO_IDS = re.compile(rb"\n[ \t]*(?:(processor|physical id|core id)[ \t]*:(.*)|(?=\n))")
+# The lookahead only lets the pattern give up sooner on the 20-odd other lines of a block.
+_CPUINFO_IDS = re.compile(rb"\n(?=[pc \t\n])[ \t]*(?:(processor|physical id|core id)[ \t]*:(.*)|(?=\n))")
 _BLANK_LINE = re.compile(rb"\n[ \t]*(?=\n)")
 
 
