@@ -39,7 +39,6 @@ from strata_doctor.root import CAPTURE_DIR, COMMANDS_DIR, STAT_FILE, CommandResu
 
 TOP = "strata-doctor-bundle"
 SCHEMA = "strata-doctor/bundle/v1"
-DOCUMENTS = ("manifest.json", "report.md", "check.json")
 KEEP_ENVIRON = (b"container",)  # systemd's container marker, read to detect containers
 MAX_LINK_HOPS = 40  # as the kernel's own limit on nested symlinks
 MAX_UNPACKED = 256 * 2**20  # a bundle is well under 1 MiB; refuse archive bombs

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import errno
-import json
 import os
 import stat
 from dataclasses import dataclass, field, replace
@@ -442,11 +441,6 @@ def plan_data(plan: Plan) -> Dict[str, Any]:
         "notes": list(plan.notes),
         "changes": len(plan.changes),
     }
-
-
-def plan_json(plan: Plan) -> str:
-    """The plan as JSON with sorted keys."""
-    return json.dumps(plan_data(plan), indent=2, sort_keys=True) + "\n"
 
 
 def plan_text(plan: Plan) -> str:
