@@ -72,7 +72,8 @@ class Oomd(Check):
             )
             return
         if facts.engine_cgroup is None:
-            watched = ", ".join(sorted({w.path for w in facts.dump.watched})) if facts.dump else "unknown"
+            watched = (", ".join(sorted({w.path for w in facts.dump.watched})) if facts.dump
+                       else f"unknown: {facts.dump_reason}")
             yield self.finding(
                 "unknown-cgroup", Severity.INFO,
                 f"systemd-oomd is active (watching: {watched}), but {facts.engine_unit} is not loaded "

@@ -547,6 +547,16 @@ def test_server_without_oomd(tmp_path: Path) -> None:
     assert "not-found" in data["by_id"]["oomd/inactive"]["summary"]
 
 
+def test_unknown_cgroup_says_why_the_watched_cgroups_are_unknown(tmp_path: Path) -> None:
+    files = seed_box(pool={0: (0, 0), 1: (0, 0)}, orphan_pages=0, looping=False, dump=None)
+    for path in [p for p in files if p.startswith("/proc/4242/")]:
+        del files[path]  # no engine process
+    files[f"{C}/systemctl-show-strata.service.txt"] = "Id=strata.service\nLoadState=not-found\n"
+    data = check(tmp_path, files)
+    summary = data["by_id"]["oomd/unknown-cgroup"]["summary"]
+    assert "(watching: unknown: oomctl not found)" in summary
+
+
 def test_cgroup_v1_host(tmp_path: Path) -> None:
     files = seed_box(pool={0: (0, 0), 1: (0, 0)}, orphan_pages=0, looping=False)
     files.pop("/sys/fs/cgroup/cgroup.controllers")
