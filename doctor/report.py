@@ -19,7 +19,7 @@ from strata_doctor.binding import assess, plan_for
 from strata_doctor.context import HostContext, place_gpu
 from strata_doctor.engine import EngineConfig
 from strata_doctor.facts import Gpu, normalize_address
-from strata_doctor.fixes import numactl_line
+from strata_doctor.fixes import SYSTEMD_VERSION, numactl_line
 from strata_doctor.model import CheckResult, Finding, Severity
 from strata_doctor.parse import (
     format_bytes,
@@ -43,12 +43,11 @@ NVIDIA_SMI_QUERY = Command(
      "--format=csv,noheader"),
     timeout=10.0,
 )
-SYSTEMCTL_VERSION = Command("systemctl-version", ("systemctl", "--version"))
 OOMD_ACTIVE = Command(
     command_key(["systemctl", "is-active", "systemd-oomd.service"]),
     ("systemctl", "is-active", "systemd-oomd.service"),
 )
-REPORT_COMMANDS = (NVIDIA_SMI, NVIDIA_SMI_QUERY, SYSTEMCTL_VERSION, OOMD_ACTIVE)
+REPORT_COMMANDS = (NVIDIA_SMI, NVIDIA_SMI_QUERY, SYSTEMD_VERSION, OOMD_ACTIVE)
 """Commands only the report runs; they are recorded (and bundled) like the checks' own."""
 
 THP_DIR = "/sys/kernel/mm/transparent_hugepage"
@@ -600,7 +599,7 @@ def read_versions(root: Root) -> Versions:
     if os_release is None:
         os_release = root.read("/usr/lib/os-release")
     pretty = parse_key_values(os_release or "").get("PRETTY_NAME", "").strip("\"'") or None
-    systemd_line = _stdout(root.run(SYSTEMCTL_VERSION)).strip().splitlines()
+    systemd_line = _stdout(root.run(SYSTEMD_VERSION)).strip().splitlines()
     systemd = systemd_line[0].split(None, 1)[1] if systemd_line and " " in systemd_line[0] else None
     smi = _stdout(root.run(NVIDIA_SMI))
     return Versions(
