@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
 
 import pytest
 from click.testing import CliRunner, Result
 
 from strata_doctor.cli import main
+
+if TYPE_CHECKING:
+    from tests.corpus import Corpus
 
 REPO = Path(__file__).resolve().parent.parent
 UPDATE_GOLDEN = os.environ.get("STRATA_UPDATE_GOLDEN") == "1"
@@ -88,3 +92,13 @@ def compare_golden(path: Path, actual: str) -> None:
         if not UPDATE_GOLDEN:
             pytest.fail(f"{path} did not exist; written now, review and commit it")
     assert actual == path.read_text(), f"{path} differs; rerun with STRATA_UPDATE_GOLDEN=1"
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
+    """The real host snapshots of ../shared/corpus, unpacked once; skips when absent."""
+    from tests.corpus import open_corpus
+
+    base = tmp_path_factory.mktemp("corpus")
+    yield open_corpus(base)
+    shutil.rmtree(base, ignore_errors=True)  # ~220 MiB: do not leave it for pytest's retention
