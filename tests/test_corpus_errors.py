@@ -1,0 +1,63 @@
+"""Every error on a real host is one its own numbers justify.
+
+``check`` runs with the seed's engine sizes (arena 46.84 GiB, K/V 3.09 GiB) on every
+snapshot of ../shared/corpus, and the set of error findings must equal the reviewed table
+tests/golden/corpus-errors.txt, where each line says which of the snapshot's numbers make
+it an error. An error that appears or disappears fails here until the table is updated,
+with its reason, in the same change.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Dict, Set, Tuple
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+from tests.corpus import SNAPSHOTS, Corpus
+
+pytestmark = pytest.mark.corpus
+
+TABLE = REPO / "tests" / "golden" / "corpus-errors.txt"
+SEED_ENGINE = ("--arena", "46.84GiB", "--kv", "3.09GiB")
+
+
+def reviewed_errors() -> Dict[str, Dict[str, str]]:
+    """snapshot -> {check/finding: the reason it is an error}, from the reviewed table."""
+    table: Dict[str, Dict[str, str]] = {}
+    for number, line in enumerate(TABLE.read_text().splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        snapshot, finding, reason = (cell.strip() for cell in line.split("|", 2))
+        assert snapshot in SNAPSHOTS, f"{TABLE.name}:{number}: no snapshot {snapshot!r}"
+        assert "/" in finding, f"{TABLE.name}:{number}: {finding!r} is not check/finding"
+        assert reason, f"{TABLE.name}:{number}: {finding} on {snapshot} gives no reason"
+        assert finding not in table.get(snapshot, {}), f"{TABLE.name}:{number}: listed twice"
+        table.setdefault(snapshot, {})[finding] = reason
+    return table
+
+
+REVIEWED = reviewed_errors()
+
+
+def errors_on(corpus: Corpus, name: str) -> Set[str]:
+    result = run_cli(["check", "--root", str(corpus.root(name)), *SEED_ENGINE, "--format", "json"])
+    assert result.exit_code in (0, 1), (result.exit_code, result.stderr)
+    data = json.loads(result.stdout)
+    return {f"{f['check']}/{f['id']}" for f in data["findings"] if f["severity"] == "error"}
+
+
+def test_the_table_parses() -> None:
+    """The table itself is well formed, whether or not the corpus is here."""
+    assert REVIEWED, "the reviewed table is empty"
+
+
+@pytest.mark.parametrize("name", SNAPSHOTS)
+def test_errors_match_the_reviewed_table(corpus: Corpus, name: str) -> None:
+    found = errors_on(corpus, name)
+    expected = set(REVIEWED.get(name, {}))
+    unreviewed: Tuple[str, ...] = tuple(sorted(found - expected))
+    gone: Tuple[str, ...] = tuple(sorted(expected - found))
+    assert not unreviewed, f"{name}: errors not in {TABLE.name}: {unreviewed}"
+    assert not gone, f"{name}: errors in {TABLE.name} that the tool no longer reports: {gone}"
