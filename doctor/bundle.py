@@ -317,8 +317,8 @@ def write_bundle(path: str, captured: Capture, members: List[Entry], redactor: R
     payload["manifest.json"] = manifest_text.encode("utf-8")
     everything = list(members) + [Entry("/" + name, "file", payload[name]) for name in sorted(payload)]
     everything.sort(key=lambda e: e.path)
-    _write_archive(path, everything)
-    return BundleInfo(path, os.path.getsize(path), len(everything) + 1, len(captured.unreadable))
+    size = _write_archive(path, everything)
+    return BundleInfo(path, size, len(everything) + 1, len(captured.unreadable))
 
 
 def manifest_data(captured: Capture, members: List[Entry], redactor: Redactor) -> Dict[str, Any]:
@@ -349,7 +349,7 @@ def manifest_data(captured: Capture, members: List[Entry], redactor: Redactor) -
     }
 
 
-def _write_archive(path: str, members: List[Entry]) -> None:
+def _write_archive(path: str, members: List[Entry]) -> int:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         tar.addfile(_info(TOP, tarfile.DIRTYPE, 0o755))
@@ -365,11 +365,12 @@ def _write_archive(path: str, members: List[Entry]) -> None:
                 info = _info(name, tarfile.REGTYPE, 0o644)
                 info.size = len(entry.data)
                 tar.addfile(info, io.BytesIO(entry.data))
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
-                                               compresslevel=9) as gz:
+    raw = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
         gz.write(buffer.getvalue())
-    os.replace(tmp, path)
+    from strata_doctor.output import write_bytes  # '-' and what may be replaced: docs/report.md
+
+    return write_bytes(path, raw.getvalue())
 
 
 def _info(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:

@@ -221,7 +221,10 @@ FAIL_ON = click.Choice(["error", "warning"])
 @host_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "prometheus", "nfd"]), default="text",
               show_default=True, help="prometheus: node_exporter textfile; nfd: node-feature-discovery.")
-@click.option("--output", metavar="FILE", help="With prometheus or nfd: write FILE atomically.")
+@click.option("--output", metavar="FILE",
+              help="With prometheus or nfd: write FILE atomically ('-': standard output). FILE must "
+                   "be a regular file or absent: folders, FIFOs, devices, sockets and symbolic links "
+                   "are refused.")
 @click.option("--ignore", multiple=True, metavar="ID",
               help="Downgrade this check's (or CHECK/FINDING's) findings to info; repeatable.")
 @click.option("--fail-on", type=FAIL_ON, default="error", show_default=True,
@@ -235,6 +238,14 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
 
     if output and fmt not in ("prometheus", "nfd"):
         raise UsageFailure("--output is for --format prometheus or nfd")
+    if output:
+        from strata_doctor.output import OutputError, check_path, is_stdout
+
+        try:
+            check_path(output)
+        except OutputError as exc:
+            raise UsageFailure(f"--output {exc}") from None
+        output = None if is_stdout(output) else output
     options = host_from_kwargs(kwargs)
     _, ctx = open_host(options)
     results = run_selected(ctx, check_ids, ignore)
@@ -243,7 +254,11 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
     if fmt in ("prometheus", "nfd"):
         from strata_doctor import render_fleet
 
-        render_fleet.emit(fmt, ctx, results, code, output)
+        if output is None:
+            render_fleet.emit(fmt, ctx, results, code, None)
+        else:
+            _write_fleet_file(output, render_fleet.to_prometheus(ctx, results, code) if fmt == "prometheus"
+                              else render_fleet.to_nfd(ctx, results, code))
     elif fmt == "json":
         click.echo(render.to_json(ctx, results, code), nl=False)
     elif quiet:
@@ -252,6 +267,17 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
     else:
         click.echo(render.to_text(results, code, render.TextStyle(use_color()), verbose), nl=False)
     sys.exit(code)
+
+
+def _write_fleet_file(path: str, text: str) -> None:
+    """Replace ``path`` atomically under doctor/output.py's rule; 0644, as the collector may
+    run as another user. A path refused or not writable is one line and exit 2."""
+    from strata_doctor.output import OutputError, write_text
+
+    try:
+        write_text(path, text, 0o644)
+    except OutputError as exc:
+        raise UsageFailure(f"--output {exc}") from None
 
 
 @click.command("list-checks")

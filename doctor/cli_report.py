@@ -41,11 +41,14 @@ def report_host_options(func: F) -> F:
 @report_host_options
 @click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown",
               show_default=True, help="Markdown for an issue tracker, or the same as JSON.")
-@click.option("-o", "--output", metavar="FILE", type=click.Path(dir_okay=False),
-              help="Write the report to FILE instead of standard output.")
-@click.option("--bundle", "bundle_out", metavar="FILE.tar.gz", type=click.Path(dir_okay=False),
+@click.option("-o", "--output", metavar="FILE",
+              help="Write the report to FILE instead of standard output ('-': standard output). "
+                   "FILE must be a regular file or absent: folders, FIFOs, devices, sockets and "
+                   "symbolic links are refused.")
+@click.option("--bundle", "bundle_out", metavar="FILE.tar.gz",
               help="Also write a replayable bundle of everything the checks read "
-                   "(replay with: strata-doctor check --bundle FILE.tar.gz).")
+                   "(replay with: strata-doctor check --bundle FILE.tar.gz); '-' writes it to "
+                   "standard output, with the report in --output FILE. Same rules as --output.")
 @click.option("--no-redact", is_flag=True,
               help="Keep host names, addresses, users and serials (the report says so at the top).")
 @click.option("--ignore", multiple=True, metavar="ID",
@@ -60,6 +63,7 @@ def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], n
     from strata_doctor.report import build_report, private_values, protected_words
 
     kwargs["bundle"] = None
+    _check_outputs(output, bundle_out)
     root, ctx = open_host(host_from_kwargs(kwargs))
     results = run_selected(ctx, (), ignore)
     code = render.exit_code(results, Severity.parse(fail_on))
@@ -78,6 +82,26 @@ def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], n
     if bundle_out and bundle_parts is not None:
         _write_bundle(bundle_out, bundle_parts, redactor, markdown, check)
     _emit(text, output)
+
+
+def _check_outputs(output: Optional[str], bundle_out: Optional[str]) -> None:
+    """Refuse output paths before any work (docs/report.md#output-paths)."""
+    from strata_doctor.output import OutputError, check_path, is_stdout, stdout_is_terminal
+
+    for option, path in (("--output", output), ("--bundle", bundle_out)):
+        if path is None:
+            continue
+        try:
+            check_path(path)
+        except OutputError as exc:
+            raise UsageFailure(f"{option} {exc}") from None
+    if is_stdout(bundle_out):
+        if output is None or is_stdout(output):
+            raise UsageFailure("--bundle - writes the bundle to standard output: "
+                               "give the report its own file with --output FILE")
+        if stdout_is_terminal():
+            raise UsageFailure("--bundle -: standard output is a terminal; "
+                               "redirect it to a file or a pipe")
 
 
 def _prepare_bundle(root: Any, ctx: Any, redactor: Any) -> Tuple[Any, List[Any]]:
@@ -115,25 +139,34 @@ def _write_bundle(path: str, parts: Tuple[Any, List[Any]], redactor: Any, markdo
         "report.md": markdown.encode("utf-8"),
         "check.json": (json.dumps(check_data, indent=2, sort_keys=True) + "\n").encode("utf-8"),
     }
+    from strata_doctor.output import OutputError, is_stdout
+
     try:
         info = write_bundle(path, captured, members, redactor, documents)
+    except OutputError as exc:
+        raise UsageFailure(f"--bundle {exc}") from None
     except OSError as exc:
         raise UsageFailure(f"--bundle {path}: cannot write: {exc.strerror or exc}") from None
+    where, replay = (("the bundle to standard output", "FILE.tar.gz") if is_stdout(path)
+                     else (info.path, info.path))
     click.echo(
-        f"strata-doctor: wrote {info.path} ({info.size / 1024:.1f} KiB, {info.entries} entries, "
+        f"strata-doctor: wrote {where} ({info.size / 1024:.1f} KiB, {info.entries} entries, "
         f"{info.unreadable} unreadable things listed in manifest.json); "
-        f"replay with: strata-doctor check --bundle {info.path}",
+        f"replay with: strata-doctor check --bundle {replay}",
         err=True,
     )
 
 
 def _emit(text: str, output: Optional[str]) -> None:
-    if output is None:
+    from strata_doctor.output import OutputError, is_stdout, write_text
+
+    if output is None or is_stdout(output):
         click.echo(text, nl=False)
         return
     try:
-        with open(output, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        write_text(output, text)
+    except OutputError as exc:
+        raise UsageFailure(f"--output {exc}") from None
     except OSError as exc:
         raise UsageFailure(f"--output {output}: cannot write: {exc.strerror or exc}") from None
     click.echo(f"strata-doctor: wrote {output}", err=True)

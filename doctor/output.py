@@ -1,0 +1,134 @@
+"""Where a command writes a file: one rule for every option that names an output path.
+
+``report --bundle``, ``report --output`` and ``check --output`` all follow it
+(docs/report.md#output-paths):
+
+- ``-`` is standard output, as for tar.
+- A path that does not exist is created; an existing regular file is replaced atomically
+  (a temporary file in the same folder, then a rename), so no reader sees half a file.
+- An existing path that is not a regular file (a folder, a FIFO, a socket, a device) is
+  refused: the doctor runs as root, and replacing ``/dev/full`` or a FIFO someone reads
+  from with a regular file breaks the host.
+- A symbolic link is refused too, even one to a regular file: in a shared folder such as
+  /tmp, a link would let another user choose the file that root replaces. Name the target
+  itself.
+
+Refusals raise :class:`OutputError` with one line; the command line turns it into exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+from typing import Optional
+
+STDOUT = "-"
+
+KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+class OutputError(OSError):
+    """An output path that is refused or cannot be written; the message is one line
+    (an OSError, so callers that already handle write errors handle these too)."""
+
+
+def is_stdout(path: Optional[str]) -> bool:
+    """``path`` names standard output (``-``)."""
+    return path == STDOUT
+
+
+def check_path(path: str) -> None:
+    """Raise :class:`OutputError` when the rule refuses ``path`` (``-`` is always fine).
+
+    Commands call this before doing any work, so a refused path costs nothing; the
+    writers call it again right before they write.
+    """
+    if is_stdout(path):
+        return
+    if not path:
+        raise OutputError("an empty path names no file")
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise OutputError(f"{path}: is a symbolic link (to {target}); name the file itself")
+    if stat.S_ISREG(info.st_mode):
+        return
+    kind = next((name for test, name in KINDS if test(info.st_mode)), "not a regular file")
+    raise OutputError(f"{path}: is {kind}, not a regular file; refusing to replace it")
+
+
+def write_bytes(path: str, data: bytes, mode: Optional[int] = None) -> int:
+    """Write ``data`` to ``path`` under the rule and return how many bytes were written.
+
+    ``-`` writes to standard output. Otherwise the file is replaced atomically; it gets
+    ``mode`` when given, else the mode of the file it replaces, else what ``open`` would
+    give (0666 less the umask).
+    """
+    check_path(path)
+    if is_stdout(path):
+        stream = getattr(sys.stdout, "buffer", None)
+        if stream is None:  # pragma: no cover - every real stdout has one
+            raise OutputError("standard output takes no bytes")
+        stream.write(data)
+        stream.flush()
+        return len(data)
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".strata-doctor.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, _mode_for(path) if mode is None else mode)
+        check_path(path)  # again: it may have changed while the data was written
+        os.replace(tmp, path)
+    except OutputError:
+        os.unlink(tmp)
+        raise
+    except OSError as exc:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+    return len(data)
+
+
+def write_text(path: str, text: str, mode: Optional[int] = None) -> int:
+    """:func:`write_bytes` for UTF-8 text."""
+    return write_bytes(path, text.encode("utf-8"), mode)
+
+
+def stdout_is_terminal() -> bool:
+    """Standard output is a terminal (binary data is not written there, as gzip refuses)."""
+    return bool(getattr(sys.stdout, "isatty", lambda: False)())
+
+
+def _mode_for(path: str) -> int:
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
