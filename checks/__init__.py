@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Tuple, Type
 
+from strata_doctor.check import Check
 from strata_doctor.checks.arena_fit import ArenaFit
 from strata_doctor.checks.cpu_contention import CpuContention
 from strata_doctor.checks.cpu_isa import CpuIsa
@@ -14,7 +15,6 @@ from strata_doctor.checks.numa_topology import NumaTopology
 from strata_doctor.checks.oomd import Oomd
 from strata_doctor.checks.pcie_link import PcieLinkCheck
 from strata_doctor.checks.transparent_hugepages import TransparentHugepages
-from strata_doctor.registry import Check
 
 BUILTIN: Tuple[Type[Check], ...] = (
     NumaTopology,

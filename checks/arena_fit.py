@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import FrozenSet, Iterator, Optional
 
-from strata_doctor.binding import plan_for
+from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.memory import read_node_pools
 from strata_doctor.model import Evidence, Finding, Severity
-from strata_doctor.parse import format_bytes, parse_meminfo
-from strata_doctor.registry import Check
+from strata_doctor.parse import format_bytes
 
 
 class ArenaFit(Check):
@@ -91,16 +89,15 @@ class ArenaFit(Check):
     def _pool_bytes(self, ctx: HostContext, nodes: FrozenSet[int]) -> int:
         # Every page size counts (a 1 GiB pool too), as the hugepages check counts them.
         if nodes:
-            return sum(p.size * p.total for p in read_node_pools(ctx.root) if p.node in nodes)
-        return parse_meminfo(ctx.root.read("/proc/meminfo") or "").get("Hugetlb", 0)
+            return sum(p.size * p.total for p in ctx.node_pools if p.node in nodes)
+        return ctx.meminfo.get("Hugetlb", 0)
 
     def _capacity(
         self, ctx: HostContext
     ) -> tuple[FrozenSet[int], Optional[int], Optional[int], str, tuple[Evidence, ...]]:
-        plan = plan_for(ctx)
+        plan = ctx.binding_plan
         if plan is None or not ctx.numa.nodes:
-            text = ctx.root.read("/proc/meminfo") or ""
-            info = parse_meminfo(text)
+            info = ctx.meminfo
             total, free = info.get("MemTotal"), info.get("MemAvailable", info.get("MemFree"))
             ev = (Evidence("/proc/meminfo", f"MemTotal={format_bytes(total or 0)}"),)
             return frozenset(), total, free, "this host", ev

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from typing import FrozenSet, Iterator, List, Optional, Tuple
+from typing import FrozenSet, Iterator, Optional
 
-from strata_doctor.binding import plan_for
+from strata_doctor.check import Check
 from strata_doctor.context import HostContext
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.parse import format_cpulist, parse_cpulist
-from strata_doctor.processes import read_uptime
-from strata_doctor.registry import Check
-from strata_doctor.units import unit_settings
+from strata_doctor.units import RESERVED_UNITS
 
 TOP = 5
-FENCED_UNITS = (("system.slice", "Slice"), ("user.slice", "Slice"), ("init.scope", "Scope"))
 """The top-level units whose AllowedCPUs= keep everything but the engine off its node."""
 
 
@@ -34,15 +31,15 @@ class CpuContention(Check):
     def applies(self, ctx: HostContext) -> Optional[str]:
         if len(ctx.numa.cpu_nodes) < 2:
             return "one NUMA node with CPUs: no node to reserve"
-        if plan_for(ctx) is None:
+        if ctx.binding_plan is None:
             return "no target node (no GPU, or its node is unknown)"
         return None
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
-        plan = plan_for(ctx)
+        plan = ctx.binding_plan
         assert plan is not None  # applies() ruled this out
         engine_pid = ctx.unit.main_pid
-        uptime = read_uptime(ctx.root) or 0.0
+        uptime = ctx.uptime or 0.0
         others = [
             p for p in ctx.processes
             if not p.kernel_thread and p.pid != engine_pid and p.cpus_allowed & plan.cpus
@@ -62,7 +59,7 @@ class CpuContention(Check):
                 f"{len(others)} processes still run there until `systemctl daemon-reload`",
                 evidence=tuple(
                     Evidence(path, f"AllowedCPUs={value}")
-                    for path, value in self._fence_sources(ctx)
+                    for path, value in ctx.reserved_unit_cpus
                 ),
             )
             return
@@ -80,18 +77,10 @@ class CpuContention(Check):
                                f"overlapping {format_cpulist(plan.cpus)}"),),
         )
 
-    def _fence_sources(self, ctx: HostContext) -> List[Tuple[str, str]]:
-        found = []
-        for unit, section in FENCED_UNITS:
-            setting = unit_settings(ctx.root, unit, section).get("AllowedCPUs")
-            if setting:
-                found.append((setting[1], setting[0]))
-        return found
-
     def _configured_fence(self, ctx: HostContext, cpus: FrozenSet[int]) -> str:
         """'system.slice, user.slice, init.scope on CPUs X' when all three are fenced off."""
-        sources = self._fence_sources(ctx)
-        if len(sources) < len(FENCED_UNITS):
+        sources = ctx.reserved_unit_cpus
+        if len(sources) < len(RESERVED_UNITS):
             return ""
         allowed = [parse_cpulist(",".join(value.split())) for _, value in sources]
         if any(not a or a & cpus for a in allowed):

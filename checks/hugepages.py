@@ -1,78 +1,24 @@
 """hugepages: does the hugepage pool fit the engine, or trap it?"""
 
-from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
+from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.memory import (
-    CHAIN,
-    SYSCTL_KEY,
-    HugepageFacts,
-    HugetlbfsFile,
-    PagePool,
-    PoolAssessment,
-    assess_pool,
-    count,
-    format_page_size,
-    project_memory,
-)
+from strata_doctor.memory import SYSCTL_KEY, HugepageFacts, HugetlbfsFile, PagePool, count, format_page_size
 from strata_doctor.memory_fixes import node_pool_fix, size_pool_fix, sysctl_fix
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
-from strata_doctor.oomd import assess_exposure, oomd_commands
+from strata_doctor.oomd import oomd_commands
 from strata_doctor.parse import format_bytes
-from strata_doctor.registry import Check
-from strata_doctor.root import Command
+from strata_doctor.rules import (
+    CHAIN,
+    PendingPool,
+    PoolAssessment,
+    pending_pool,
+    pool_resolved,
+    project_memory,
+)
 
 GIB = 1024**3
-
-
-class PendingPool(NamedTuple):
-    """A pool size written in the configuration but not yet in effect."""
-
-    pages: int
-    """What the configuration sets."""
-    path: str
-    """The file that sets it."""
-
-    @property
-    def after(self) -> str:
-        """When it takes effect."""
-        if "sysctl" in self.path:
-            return "`sysctl --system` (or a reboot)"
-        return "a reboot (after regenerating the boot configuration)"
-
-
-def engine_pid(ctx: HostContext) -> Optional[int]:
-    """The running engine's PID, or None."""
-    return ctx.unit.main_pid if ctx.engine_process else None
-
-
-def assessment(ctx: HostContext) -> PoolAssessment:
-    """The default pool against the engine's need, for this host."""
-    return assess_pool(ctx.hugepages, ctx.config, engine_pid(ctx))
-
-
-def pending_pool(facts: HugepageFacts, current: int) -> Optional[PendingPool]:
-    """The configured default-pool size when it differs from the pool now."""
-    configured = facts.configured_pages()
-    if configured is None or configured[0] == current:
-        return None
-    return PendingPool(*configured)
-
-
-def trap_in_effect(ctx: HostContext) -> bool:
-    """The seed's trap is live now and no fix for it is waiting in the configuration."""
-    a = assessment(ctx)
-    if not a.trap or a.pool is None:
-        return False
-    pending = pending_pool(ctx.hugepages, a.pool.total)
-    return not (pending and _resolves(pending.pages, a))
-
-
-def _resolves(pages: int, a: PoolAssessment) -> bool:
-    # After sysctl --system or a boot the configured pool is free (orphans vanish at boot).
-    if pages == 0:
-        return a.mode != "hugetlb"
-    return a.need is not None and pages >= a.need.pages
 
 
 def orphan_pages(facts: HugepageFacts, size: int) -> int:
@@ -127,7 +73,7 @@ class Hugepages(Check):
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         facts = ctx.hugepages
-        a = assessment(ctx)
+        a = ctx.pool_assessment
         blocking = self._orphans_block(facts, a)
         yield from self._default_pool(ctx, facts, a, blocking)
         yield from self._nodes(ctx, facts, a)
@@ -160,7 +106,7 @@ class Hugepages(Check):
             yield from self._no_pool(ctx, facts, a, pending, evidence)
             return
         if a.fails:
-            if pending and _resolves(pending.pages, a):
+            if pending and pool_resolved(pending.pages, a):
                 yield self._configured(pool, pending, evidence)
             elif a.trap:
                 yield self._trap(ctx, facts, a, evidence)
@@ -350,7 +296,7 @@ class Hugepages(Check):
         if target is None or len(nodes) < 2 or not a.uses_pool or a.fails or a.need is None:
             return
         on_target = next((n for n in nodes if n.node == target), None)
-        engine = facts.holder(engine_pid(ctx))
+        engine = facts.holder(ctx.unit.main_pid if ctx.engine_process else None)
         # At its restart the engine gives its pages back to their nodes and takes them again,
         # the preferred node first: only its pages already on the target count there.
         engine_here = engine.pages_on(target, facts.page_size) if engine and engine.nodes else a.engine_pages
@@ -531,7 +477,7 @@ class Hugepages(Check):
 
     def _chain(self, ctx: HostContext) -> bool:
         oomd = ctx.oomd
-        return oomd.active and oomd.cgroup_v2 is not False and assess_exposure(oomd).exposed
+        return oomd.active and oomd.cgroup_v2 is not False and ctx.exposure.exposed
 
     def _zero_fix(self, facts: HugepageFacts, finding: str, reason: str) -> Fix:
         return sysctl_fix(((SYSCTL_KEY, "0", reason),), finding, facts.sysctl)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Iterator, List, Optional, Sequence, Tuple
 
-from strata_doctor.binding import BindingPlan, BindingState, assess, plan_for
+from strata_doctor.binding import BindingPlan, BindingState, numactl_line
+from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.engine import unit_command
-from strata_doctor.fixes import SYSTEMD_VERSION, binding_fix_for, numactl_line
+from strata_doctor.engine import SYSTEMD_VERSION, unit_command
+from strata_doctor.fixes import binding_fix_for
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.parse import format_cpulist
-from strata_doctor.registry import Check
-from strata_doctor.root import Command
 
 
 class NumaBinding(Check):
@@ -44,11 +43,10 @@ class NumaBinding(Check):
         return None
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
-        plan = plan_for(ctx)
-        if plan is None:
+        plan, state = ctx.binding_plan, ctx.binding_state
+        if plan is None or state is None:
             yield self._nothing_to_bind(ctx)
             return
-        state = assess(ctx, plan)
         evidence = tuple(Evidence(s, v) for s, v in state.evidence)
         line = numactl_line(plan.mem_nodes, plan.cpu_nodes, plan.policy)
         if state.effective:

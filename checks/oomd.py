@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from typing import Iterator, List, Optional, Sequence, Tuple
 
-from strata_doctor.checks.hugepages import assessment, trap_in_effect
+from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.engine import read_process
-from strata_doctor.memory import CHAIN, MemoryProjection, assess_pool, count, project_memory
+from strata_doctor.memory import count
 from strata_doctor.memory_fixes import move_to_system_service_fix, oomd_dropin_fix
 from strata_doctor.model import Evidence, Finding, Fix, Severity
-from strata_doctor.oomd import Exposure, OomdFacts, Watched, assess_exposure, oomd_commands
+from strata_doctor.oomd import OomdFacts, Watched, oomd_commands
 from strata_doctor.parse import format_bytes
-from strata_doctor.registry import Check
-from strata_doctor.root import Command
+from strata_doctor.rules import CHAIN, Exposure, MemoryProjection, assess_pool, project_memory, trap_in_effect
 
 
 class Oomd(Check):
@@ -82,7 +80,7 @@ class Oomd(Check):
                 evidence=(state_ev,),
             )
             return
-        exposure = assess_exposure(facts)
+        exposure = ctx.exposure
         evidence = (state_ev, *self._evidence(ctx, facts, exposure))
         if not exposure.effective_watch:
             swap_only = [w for w in exposure.watched if w.kind == "swap"]
@@ -113,7 +111,7 @@ class Oomd(Check):
                 evidence=evidence,
             )
             return
-        if trap_in_effect(ctx):
+        if trap_in_effect(ctx.hugepages, ctx.pool_assessment):
             yield self._chain(ctx, facts, exposure, evidence)
             return
         yield self._exposed(ctx, facts, exposure, evidence)
@@ -162,7 +160,7 @@ class Oomd(Check):
     def _chain(
         self, ctx: HostContext, facts: OomdFacts, exposure: Exposure, evidence: Tuple[Evidence, ...],
     ) -> Finding:
-        a = assessment(ctx)
+        a = ctx.pool_assessment
         pool, need = a.pool, a.need
         assert pool is not None and need is not None
         kills = facts.engine_kills()
@@ -292,7 +290,7 @@ class Oomd(Check):
         if ctx.config.arena_bytes is None:
             return None
         pid = ctx.oomd.engine_pid
-        proc = ctx.engine_process or (read_process(ctx.root, pid) if pid else None)
+        proc = ctx.engine_process if pid else None
         a = assess_pool(ctx.hugepages, ctx.config, pid)
         return project_memory(ctx.hugepages, ctx.config, a, proc.resident_bytes if proc else 0)
 

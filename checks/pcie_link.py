@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
+from strata_doctor.check import Check
 from strata_doctor.context import HostContext
 from strata_doctor.model import Evidence, Finding, Severity
-from strata_doctor.registry import Check
 
 
 class PcieLinkCheck(Check):

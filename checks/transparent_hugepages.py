@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Iterator, Optional, Tuple
 
-from strata_doctor.checks.hugepages import assessment
+from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.memory import THP_DIR, PoolAssessment, ThpFacts
+from strata_doctor.memory import THP_DIR, ThpFacts
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, RuntimeAction, Severity
 from strata_doctor.parse import format_bytes
-from strata_doctor.registry import Check
+from strata_doctor.rules import PoolAssessment
 
 STALLING_DEFRAG = ("always",)
 
@@ -38,14 +38,14 @@ class TransparentHugepages(Check):
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if not ctx.thp.available:
-            why = ctx.root.reads.get(f"{THP_DIR}/enabled") or "missing"
+            why = ctx.why_unread(f"{THP_DIR}/enabled") or "missing"
             return (f"cannot read {THP_DIR}/enabled ({why}): a kernel without THP, or a container "
                     "that hides it")
         return None
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         thp = ctx.thp
-        a = assessment(ctx)
+        a = ctx.pool_assessment
         evidence = tuple(Evidence(path, text) for path, text in thp.raw)
         if thp.anon_huge_bytes is not None:
             evidence += (Evidence("/proc/meminfo", f"AnonHugePages={format_bytes(thp.anon_huge_bytes)}"),)

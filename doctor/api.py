@@ -103,8 +103,7 @@ def _size(value: Size) -> Optional[str]:
 
 def plan_for_context(ctx: HostContext) -> NumaPlan:
     """The plan for an already opened host (what ``strata-doctor numa-plan`` prints)."""
-    from strata_doctor.binding import plan_for
-    from strata_doctor.fixes import numactl_line
+    from strata_doctor.binding import numactl_line
 
     placement = ctx.placement
     gpu = placement.gpu.address if placement else None
@@ -114,7 +113,7 @@ def plan_for_context(ctx: HostContext) -> NumaPlan:
         known = ",".join(str(n.id) for n in ctx.numa.nodes) or "none"
         raise PlanError(f"numa={numa}: no such NUMA node on this host (nodes: {known})")
     reasons = [_target_reason(ctx, gpu, gpu_node)]
-    plan = plan_for(ctx) if numa != "off" else None
+    plan = ctx.binding_plan if numa != "off" else None
     if plan is None:
         reasons.append("no binding: " + _why_none(ctx))
         return NumaPlan(None, (), (), (), "none", (), tuple(reasons), gpu, gpu_node)

@@ -4,10 +4,9 @@ The plan binds memory with a *preferred* policy (``numactl --preferred``), never
 ``--membind``: a bound allocation fails hard when the node fills, a preferred one spills.
 """
 
-from typing import FrozenSet, List, NamedTuple, Optional, Tuple
+from typing import Callable, FrozenSet, List, NamedTuple, Optional, Tuple
 
-from strata_doctor.context import HostContext, cpus_of
-from strata_doctor.engine import EngineProcess, UnitBinding, UnitState
+from strata_doctor.engine import EngineConfig, EngineProcess, UnitBinding, UnitState
 from strata_doctor.facts import NumaFacts, NumaNode
 from strata_doctor.parse import format_cpulist, parse_cpulist, parse_int
 
@@ -63,10 +62,16 @@ def kernel_at_least(release: Optional[str], major: int, minor: int) -> bool:
     return found >= (major, minor)
 
 
-def plan_for(ctx: HostContext) -> Optional[BindingPlan]:
-    """The binding plan for this host; None when there is nothing to bind to."""
-    numa = ctx.numa
-    target = ctx.target_node
+def plan_for(
+    numa: NumaFacts, target: Optional[int], config: EngineConfig,
+    kernel_release: Callable[[], Optional[str]],
+) -> Optional[BindingPlan]:
+    """The binding plan for a host; None when there is nothing to bind to.
+
+    ``target`` is the node the engine should use (``ctx.target_node``); ``kernel_release``
+    gives ``/proc/sys/kernel/osrelease``, asked only when the arena needs a socket's nodes.
+    ``ctx.binding_plan`` keeps the answer for a host.
+    """
     node = numa.node(target) if target is not None else None
     if node is None or len(numa.cpu_nodes) < 2:
         return None
@@ -80,12 +85,12 @@ def plan_for(ctx: HostContext) -> Optional[BindingPlan]:
         )
     mem_nodes = frozenset({node.id}) if node.has_memory else frozenset({cpu_node.id})
     policy = "preferred"
-    need = ctx.config.pinned_bytes
-    if need is not None and need + ctx.config.headroom_bytes > _total(numa, mem_nodes):
+    need = config.pinned_bytes
+    if need is not None and need + config.headroom_bytes > _total(numa, mem_nodes):
         siblings = socket_siblings(numa, cpu_node)
         if len(siblings) > 1:
             mem_nodes = siblings
-            many = kernel_at_least(ctx.root.read_value("/proc/sys/kernel/osrelease"), 5, 15)
+            many = kernel_at_least(kernel_release(), 5, 15)
             policy = "preferred-many" if many else "interleave"
             reasons.append(
                 f"the arena does not fit node {node.id} alone; node {node.id} shares its socket "
@@ -95,6 +100,21 @@ def plan_for(ctx: HostContext) -> Optional[BindingPlan]:
             )
     cpu_nodes = mem_nodes if policy != "preferred" else frozenset({cpu_node.id})
     return BindingPlan(mem_nodes, cpu_nodes, cpus_of(numa, cpu_nodes), policy, tuple(reasons))
+
+
+def cpus_of(numa: NumaFacts, nodes: FrozenSet[int]) -> FrozenSet[int]:
+    """Online CPUs of the given nodes."""
+    return frozenset().union(*(n.cpus for n in numa.nodes if n.id in nodes))
+
+
+def numactl_line(mem_nodes: FrozenSet[int], cpu_nodes: FrozenSet[int], policy: str) -> str:
+    """The numactl prefix for a binding, e.g. ``numactl --preferred=1 --cpunodebind=1``."""
+    return f"numactl --{policy}={node_list(mem_nodes)} --cpunodebind={node_list(cpu_nodes)}"
+
+
+def node_list(nodes: FrozenSet[int]) -> str:
+    """Nodes as a sorted comma list, as numactl and systemd write them."""
+    return ",".join(str(n) for n in sorted(nodes))
 
 
 def _total(numa: NumaFacts, nodes: FrozenSet[int]) -> int:
@@ -114,19 +134,19 @@ class BindingState(NamedTuple):
     """Set when the engine is bound, but elsewhere."""
 
 
-def assess(ctx: HostContext, plan: BindingPlan) -> BindingState:
-    """Compare the engine's binding (process, unit, files) with the plan."""
+def assess(
+    proc: Optional[EngineProcess], unit: UnitState, configured: UnitBinding, plan: BindingPlan
+) -> BindingState:
+    """Compare the engine's binding (running process, loaded unit, files on disk) with the plan."""
     evidence: List[Tuple[str, str]] = []
     effective: Optional[bool] = None
     wrong: Optional[str] = None
-    proc = ctx.engine_process
-    unit = ctx.unit
     if proc is not None:
         effective, wrong = _process_follows(proc, plan, evidence)
     elif unit.loaded:
         effective, wrong = _unit_follows(unit, plan, evidence)
-    configured = _files_follow(ctx.configured_binding, plan, evidence)
-    return BindingState(effective, configured, tuple(evidence), wrong)
+    files_follow = _files_follow(configured, plan, evidence)
+    return BindingState(effective, files_follow, tuple(evidence), wrong)
 
 
 def _process_follows(

@@ -1,16 +1,20 @@
 """One host as the checks see it: facts read lazily, once, through one root."""
 
 from functools import cached_property
-from typing import FrozenSet, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
+from strata_doctor.binding import BindingPlan, BindingState, assess, plan_for
 from strata_doctor.engine import (
     EngineConfig,
     EngineProcess,
+    SystemdSupport,
     UnitBinding,
     UnitState,
     read_configured_binding,
     read_process,
+    read_systemd_support,
     read_unit,
+    unit_exec_start,
 )
 from strata_doctor.facts import (
     CpuFacts,
@@ -21,11 +25,21 @@ from strata_doctor.facts import (
     read_gpus,
     read_numa,
 )
-from strata_doctor.memory import HugepageFacts, ThpFacts, detect_container, read_hugepages, read_thp
+from strata_doctor.memory import (
+    HugepageFacts,
+    NodePool,
+    ThpFacts,
+    detect_container,
+    read_hugepages,
+    read_node_pools,
+    read_thp,
+)
 from strata_doctor.oomd import OomdFacts, read_oomd
-from strata_doctor.parse import format_cpulist
-from strata_doctor.processes import ProcessInfo, find_engine_pid, read_processes
+from strata_doctor.parse import format_cpulist, parse_meminfo
+from strata_doctor.processes import ProcessInfo, find_engine_pid, read_processes, read_uptime
 from strata_doctor.root import Root
+from strata_doctor.rules import Exposure, PoolAssessment, arena_headroom, assess_exposure, assess_pool
+from strata_doctor.units import RESERVED_UNITS, unit_settings
 
 
 class GpuPlacement(NamedTuple):
@@ -105,6 +119,67 @@ class HostContext:
         return read_processes(self.root)
 
     @cached_property
+    def uptime(self) -> Optional[float]:
+        """Seconds since boot (``/proc/uptime``); None when unreadable."""
+        return read_uptime(self.root)
+
+    @cached_property
+    def meminfo(self) -> Dict[str, int]:
+        """``/proc/meminfo``, in bytes (page counts as they are)."""
+        return parse_meminfo(self.root.read("/proc/meminfo") or "")
+
+    def why_unread(self, path: str) -> Optional[str]:
+        """Why a file the facts needed could not be read (``missing``, an error), if it was not."""
+        return self.root.reads.get(path)
+
+    # -- systemd ------------------------------------------------------------------------
+    @cached_property
+    def systemd(self) -> SystemdSupport:
+        """systemd's version and cgroup mode: which unit settings this host understands."""
+        return read_systemd_support(self.root, self.unit)
+
+    @cached_property
+    def engine_exec_start(self) -> Optional[str]:
+        """The engine unit's ``ExecStart=`` after its unit file and drop-ins are merged."""
+        return unit_exec_start(self.root, self.config.unit)
+
+    @cached_property
+    def reserved_unit_cpus(self) -> List[Tuple[str, str]]:
+        """(file, value) of ``AllowedCPUs=`` of system.slice, user.slice and init.scope, for
+        those whose files set it (what ``fix --reserve-node`` writes)."""
+        found = []
+        for unit, section in RESERVED_UNITS:
+            setting = unit_settings(self.root, unit, section).get("AllowedCPUs")
+            if setting:
+                found.append((setting[1], setting[0]))
+        return found
+
+    # -- the rules' answers for this host -------------------------------------------------
+    @cached_property
+    def binding_plan(self) -> Optional[BindingPlan]:
+        """Where the engine should run; None when there is nothing to bind to."""
+        return plan_for(self.numa, self.target_node, self.config,
+                        lambda: self.root.read_value("/proc/sys/kernel/osrelease"))
+
+    @cached_property
+    def arena_headroom(self) -> Optional[Tuple[str, int]]:
+        """(nodes, bytes left) on the planned node(s) once arena, K/V and headroom are taken;
+        None without an arena size."""
+        if self.config.pinned_bytes is None:
+            return None
+        plan = self.binding_plan if self.numa.nodes else None
+        mem_total = self.meminfo.get("MemTotal") if plan is None else None
+        return arena_headroom(self.config, self.numa, plan, mem_total)
+
+    @cached_property
+    def binding_state(self) -> Optional[BindingState]:
+        """Whether the engine follows the binding plan; None without a plan."""
+        plan = self.binding_plan
+        if plan is None:
+            return None
+        return assess(self.engine_process, self.unit, self.configured_binding, plan)
+
+    @cached_property
     def target_node(self) -> Optional[int]:
         """The node the engine should be bound to: ``numa: N`` or the GPU's node."""
         if self.config.numa == "off":
@@ -125,10 +200,26 @@ class HostContext:
         return read_thp(self.root)
 
     @cached_property
+    def node_pools(self) -> Tuple[NodePool, ...]:
+        """The hugepage pools of every node and page size."""
+        return read_node_pools(self.root)
+
+    @cached_property
     def oomd(self) -> OomdFacts:
         """systemd-oomd and the engine's cgroup under it."""
         pid = self.engine_pid if self.engine_process else None
         return read_oomd(self.root, self.unit, pid, self.processes, detect_container(self.root))
+
+    @cached_property
+    def pool_assessment(self) -> PoolAssessment:
+        """What the default hugepage pool does to the engine's next start."""
+        pid = self.unit.main_pid if self.engine_process else None
+        return assess_pool(self.hugepages, self.config, pid)
+
+    @cached_property
+    def exposure(self) -> Exposure:
+        """How exposed the engine is to systemd-oomd."""
+        return assess_exposure(self.oomd)
 
 
 class GpuChoiceError(Exception):
@@ -186,8 +277,3 @@ def _contradiction(gpu: Gpu, node_id: int, numa: NumaFacts) -> Optional[str]:
     return (
         f"numa_node says {node_id} but local_cpulist is {format_cpulist(gpu.local_cpus)}{where}"
     )
-
-
-def cpus_of(numa: NumaFacts, nodes: FrozenSet[int]) -> FrozenSet[int]:
-    """Online CPUs of the given nodes."""
-    return frozenset().union(*(n.cpus for n in numa.nodes if n.id in nodes))

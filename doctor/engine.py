@@ -18,12 +18,18 @@ from strata_doctor.parse import (
     parse_status,
 )
 from strata_doctor.root import Command, CommandResult, Root, command_key
-from strata_doctor.units import parse_ini, unit_file_paths
+from strata_doctor.units import parse_ini, unit_file_paths, unit_setting
 
 DEFAULT_CONFIG = "/etc/strata-doctor.yaml"
 DEFAULT_UNIT = "strata.service"
 DEFAULT_HEADROOM = 4 * 1024**3
 HUGEPAGE_MODES = ("auto", "hugetlb", "thp")
+NUMA_POLICY_SINCE = 243
+"""systemd version that knows ``NUMAPolicy=``/``NUMAMask=``."""
+ALLOWED_CPUS_SINCE = 244
+"""systemd version that knows ``AllowedCPUs=``."""
+SYSTEMD_VERSION = Command("systemctl-version", ("systemctl", "--version"))
+_VERSION = re.compile(r"^systemd\s+(\d+)", re.MULTILINE)
 UNIT_PROPERTIES = (
     "Id,LoadState,ActiveState,SubState,Result,NRestarts,MainPID,ControlGroup,Slice,"
     "FragmentPath,DropInPaths,NUMAPolicy,NUMAMask,CPUAffinity,AllowedCPUs,"
@@ -315,6 +321,67 @@ def _numactl_prefix(exec_start: str) -> Optional[str]:
     if program == "strata-numa":
         return "strata-numa"
     return None
+
+
+# -- systemd on this host -------------------------------------------------------------------
+class SystemdSupport(NamedTuple):
+    """Which unit settings this host's systemd understands."""
+
+    version: Optional[int]
+    """systemd's version from ``systemctl --version``; None when unknown."""
+    cgroup_v2: bool
+    """Whether ``/sys/fs/cgroup/cgroup.controllers`` exists (the unified hierarchy)."""
+    present: bool
+    """Whether systemd manages this host at all (``systemctl`` ran)."""
+    inferred: str = ""
+    """How the version was guessed when ``systemctl --version`` was not available."""
+
+    @property
+    def numa_policy(self) -> bool:
+        """``NUMAPolicy=``/``NUMAMask=`` work (systemd 243+)."""
+        return self.version is not None and self.version >= NUMA_POLICY_SINCE
+
+    @property
+    def allowed_cpus(self) -> bool:
+        """``AllowedCPUs=`` works (systemd 244+ on cgroup v2)."""
+        return self.cgroup_v2 and self.version is not None and self.version >= ALLOWED_CPUS_SINCE
+
+    @property
+    def described(self) -> str:
+        """E.g. ``systemd 252, cgroup v2``."""
+        version = f"systemd {self.version}" if self.version is not None else "systemd of unknown version"
+        if self.inferred:
+            version += f" ({self.inferred})"
+        return f"{version}, cgroup {'v2' if self.cgroup_v2 else 'v1'}"
+
+
+def parse_systemd_version(text: str) -> Optional[int]:
+    """The major version from ``systemctl --version`` output (``systemd 252 (252.38-1)``)."""
+    match = _VERSION.search(text)
+    return int(match.group(1)) if match else None
+
+
+def read_systemd_support(root: Root, unit: UnitState) -> SystemdSupport:
+    """systemd's version and cgroup mode; infers the version from ``systemctl show``'s keys."""
+    cgroup_v2 = root.exists("/sys/fs/cgroup/cgroup.controllers")
+    result = root.run(SYSTEMD_VERSION)
+    version = parse_systemd_version(result.stdout) if result.ok else None
+    if version is not None:
+        return SystemdSupport(version, cgroup_v2, True)
+    if not unit.available:
+        return SystemdSupport(None, cgroup_v2, False)
+    keys = {key for key, _ in unit.properties}
+    # systemctl show prints only the properties its systemd knows.
+    if "AllowedCPUs" in keys:
+        return SystemdSupport(ALLOWED_CPUS_SINCE, cgroup_v2, True, "at least, as it shows AllowedCPUs")
+    if "NUMAPolicy" in keys:
+        return SystemdSupport(NUMA_POLICY_SINCE, cgroup_v2, True, "at least, as it shows NUMAPolicy")
+    return SystemdSupport(None, cgroup_v2, True)
+
+
+def unit_exec_start(root: Root, unit: str) -> Optional[str]:
+    """The ``ExecStart=`` in effect after the unit file and its drop-ins are merged."""
+    return unit_setting(root, unit, "Service", "ExecStart")
 
 
 class EngineProcess(NamedTuple):

@@ -6,17 +6,15 @@ systemd gets the numactl wrapper instead, and the fix's summary says why. Every 
 fix lists is online: systemd silently drops a CPU list that names an offline CPU.
 """
 
-import re
-from typing import TYPE_CHECKING, FrozenSet, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, FrozenSet, List, Optional, Tuple
 
-from strata_doctor.engine import DEFAULT_UNIT, UnitState
+from strata_doctor.binding import BindingPlan, node_list
+from strata_doctor.engine import ALLOWED_CPUS_SINCE, DEFAULT_UNIT, NUMA_POLICY_SINCE, SystemdSupport
 from strata_doctor.model import FileChange, Fix, ManualStep, RuntimeAction, context_pairs
 from strata_doctor.parse import format_cpulist
-from strata_doctor.root import Command, Root
-from strata_doctor.units import unit_setting
+from strata_doctor.units import RESERVED_UNITS
 
 if TYPE_CHECKING:
-    from strata_doctor.binding import BindingPlan
     from strata_doctor.context import HostContext
 
 SYSTEMD_DIR = "/etc/systemd/system"
@@ -27,76 +25,6 @@ PREFLIGHT_DROPIN = "60-strata-doctor-preflight.conf"
 ENGINE_SLICE = "strata.slice"
 WRAPPER = "/usr/local/bin/strata-numa"
 PREFLIGHT_COMMAND = "strata-doctor check --quiet --fail-on error"
-RESERVED_UNITS = (("system.slice", "Slice"), ("user.slice", "Slice"), ("init.scope", "Scope"))
-"""Top-level cgroups moved off the engine's node by ``--reserve-node``, with their section."""
-NUMA_POLICY_SINCE = 243
-ALLOWED_CPUS_SINCE = 244
-SYSTEMD_VERSION = Command("systemctl-version", ("systemctl", "--version"))
-_VERSION = re.compile(r"^systemd\s+(\d+)", re.MULTILINE)
-
-
-class SystemdSupport(NamedTuple):
-    """Which unit settings this host's systemd understands."""
-
-    version: Optional[int]
-    """systemd's version from ``systemctl --version``; None when unknown."""
-    cgroup_v2: bool
-    """Whether ``/sys/fs/cgroup/cgroup.controllers`` exists (the unified hierarchy)."""
-    present: bool
-    """Whether systemd manages this host at all (``systemctl`` ran)."""
-    inferred: str = ""
-    """How the version was guessed when ``systemctl --version`` was not available."""
-
-    @property
-    def numa_policy(self) -> bool:
-        """``NUMAPolicy=``/``NUMAMask=`` work (systemd 243+)."""
-        return self.version is not None and self.version >= NUMA_POLICY_SINCE
-
-    @property
-    def allowed_cpus(self) -> bool:
-        """``AllowedCPUs=`` works (systemd 244+ on cgroup v2)."""
-        return self.cgroup_v2 and self.version is not None and self.version >= ALLOWED_CPUS_SINCE
-
-    @property
-    def described(self) -> str:
-        """E.g. ``systemd 252, cgroup v2``."""
-        version = f"systemd {self.version}" if self.version is not None else "systemd of unknown version"
-        if self.inferred:
-            version += f" ({self.inferred})"
-        return f"{version}, cgroup {'v2' if self.cgroup_v2 else 'v1'}"
-
-
-def parse_systemd_version(text: str) -> Optional[int]:
-    """The major version from ``systemctl --version`` output (``systemd 252 (252.38-1)``)."""
-    match = _VERSION.search(text)
-    return int(match.group(1)) if match else None
-
-
-def read_systemd_support(root: Root, unit: UnitState) -> SystemdSupport:
-    """systemd's version and cgroup mode; infers the version from ``systemctl show``'s keys."""
-    cgroup_v2 = root.exists("/sys/fs/cgroup/cgroup.controllers")
-    result = root.run(SYSTEMD_VERSION)
-    version = parse_systemd_version(result.stdout) if result.ok else None
-    if version is not None:
-        return SystemdSupport(version, cgroup_v2, True)
-    if not unit.available:
-        return SystemdSupport(None, cgroup_v2, False)
-    keys = {key for key, _ in unit.properties}
-    # systemctl show prints only the properties its systemd knows.
-    if "AllowedCPUs" in keys:
-        return SystemdSupport(ALLOWED_CPUS_SINCE, cgroup_v2, True, "at least, as it shows AllowedCPUs")
-    if "NUMAPolicy" in keys:
-        return SystemdSupport(NUMA_POLICY_SINCE, cgroup_v2, True, "at least, as it shows NUMAPolicy")
-    return SystemdSupport(None, cgroup_v2, True)
-
-
-def numactl_line(mem_nodes: FrozenSet[int], cpu_nodes: FrozenSet[int], policy: str) -> str:
-    """The numactl prefix for a binding, e.g. ``numactl --preferred=1 --cpunodebind=1``."""
-    return f"numactl --{policy}={_nodes(mem_nodes)} --cpunodebind={_nodes(cpu_nodes)}"
-
-
-def _nodes(nodes: FrozenSet[int]) -> str:
-    return ",".join(str(n) for n in sorted(nodes))
 
 
 def systemd_policy(policy: str, mem_nodes: FrozenSet[int]) -> str:
@@ -119,7 +47,8 @@ def wrapper_file(mem_nodes: FrozenSet[int], cpu_nodes: FrozenSet[int], policy: s
         path=WRAPPER,
         template="strata-numa.j2",
         context=context_pairs(
-            path=WRAPPER, mem_option=mem_option, mem_nodes=_nodes(mem_nodes), cpu_nodes=_nodes(cpu_nodes),
+            path=WRAPPER, mem_option=mem_option, mem_nodes=node_list(mem_nodes),
+            cpu_nodes=node_list(cpu_nodes),
         ),
         mode=0o755,
     )
@@ -142,7 +71,7 @@ def binding_fix(
     support = support or SystemdSupport(NUMA_POLICY_SINCE, False, True, "assumed")
     wrapper = wrapper_file(mem_nodes, cpu_nodes, policy)
     cpu_text = format_cpulist(cpus)
-    nodes = _nodes(mem_nodes)
+    nodes = node_list(mem_nodes)
     restart = restart_step(unit)
     reload = RuntimeAction("daemon-reload", "systemd")
     if not support.present:
@@ -200,27 +129,22 @@ def _wrapper_binding(
     return Fix(summary=summary, files=(dropin, wrapper), actions=(reload,), manual=(restart,))
 
 
-def binding_fix_for(ctx: "HostContext", plan: "BindingPlan") -> Fix:
+def binding_fix_for(ctx: "HostContext", plan: BindingPlan) -> Fix:
     """:func:`binding_fix` with this host's systemd support, online CPUs and ExecStart."""
-    support = read_systemd_support(ctx.root, ctx.unit)
+    support = ctx.systemd
     cpus = plan.cpus & ctx.numa.online_cpus if ctx.numa.online_cpus else plan.cpus
-    exec_start = None if support.numa_policy else unit_exec_start(ctx.root, ctx.config.unit)
+    exec_start = None if support.numa_policy else ctx.engine_exec_start
     return binding_fix(ctx.config.unit, plan.mem_nodes, plan.cpu_nodes, cpus, plan.policy, support,
                        exec_start)
 
 
-def unit_exec_start(root: Root, unit: str) -> Optional[str]:
-    """The ``ExecStart=`` in effect after the unit file and its drop-ins are merged."""
-    return unit_setting(root, unit, "Service", "ExecStart")
-
-
-def reserve_node_fix(ctx: "HostContext", plan: "BindingPlan", finding: str) -> Tuple[Optional[Fix], str]:
+def reserve_node_fix(ctx: "HostContext", plan: BindingPlan, finding: str) -> Tuple[Optional[Fix], str]:
     """``--reserve-node``: the engine in ``strata.slice`` on its node, everyone else elsewhere.
 
     cgroup v2 cpusets nest, so fencing ``system.slice`` would also fence an engine that
     lives there: the engine gets its own slice first. Returns (None, why) when it cannot.
     """
-    support = read_systemd_support(ctx.root, ctx.unit)
+    support = ctx.systemd
     if not support.allowed_cpus:
         return None, f"--reserve-node needs AllowedCPUs= (systemd {ALLOWED_CPUS_SINCE}+ on cgroup v2); " \
             f"this host has {support.described}"

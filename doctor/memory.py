@@ -13,12 +13,10 @@ not yet in effect can be told apart from no fix at all.
 Parsers are pure functions on strings; readers take a :class:`~strata_doctor.root.Root`.
 """
 
-import math
 import os
 import re
 from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
-from strata_doctor.engine import EngineConfig
 from strata_doctor.parse import (
     format_bytes,
     parse_bracketed_choice,
@@ -45,7 +43,6 @@ CMDLINE_FILES = ("/etc/default/grub", "/etc/kernel/cmdline")
 """Where the next boot's kernel command line is configured (GRUB, systemd-boot/UKI)."""
 MAX_HUGETLBFS_FILES = 500
 DEFAULT_PAGE = 2 * 1024**2
-CHAIN = "hugepage trap → THP fallback → memory pressure → oomd kill → restart loop"
 """The seed's failure chain, in the order it happens; both the hugepages and the oomd
 findings quote it when they are links of one chain."""
 
@@ -759,143 +756,6 @@ def read_thp(root: Root) -> ThpFacts:
                     tuple(configured), tuple(raw))
 
 
-# -- the engine's need and what the pool will do to it ------------------------------------
-class HugepageNeed(NamedTuple):
-    """How many hugepages the arena needs: ceil(arena / page size)."""
-
-    arena: int
-    """Arena bytes."""
-    page_size: int
-    """Default hugepage size in bytes."""
-
-    @property
-    def pages(self) -> int:
-        """ceil(arena / page size)."""
-        return math.ceil(self.arena / self.page_size)
-
-    @property
-    def arithmetic(self) -> str:
-        """E.g. ``46.84 GiB / 2 MiB → 23,983 pages``."""
-        return f"{format_bytes(self.arena)} / {format_page_size(self.page_size)} → {count(self.pages)} pages"
-
-
-class PoolAssessment(NamedTuple):
-    """What the default pool means for the engine's next start."""
-
-    mode: str
-    """The engine's hugepage mode: ``auto``, ``hugetlb`` or ``thp``."""
-    pool: Optional[PagePool]
-    """The default-size pool; None when the kernel shows none."""
-    need: Optional[HugepageNeed]
-    """The arena's need; None when no arena size is known."""
-    engine_pages: int
-    """Pages the running engine holds now (freed, then taken again, at its restart)."""
-    available: int
-    """Pages a fresh MAP_HUGETLB of the arena could get: free - reserved + the engine's own
-    + overcommit headroom."""
-
-    @property
-    def uses_pool(self) -> bool:
-        """Whether the engine tries MAP_HUGETLB at all."""
-        return self.mode in ("auto", "hugetlb") and self.pool is not None and self.pool.total + \
-            self.pool.overcommit > 0
-
-    @property
-    def fails(self) -> bool:
-        """MAP_HUGETLB of the whole arena will fail."""
-        return self.uses_pool and self.need is not None and self.need.pages > self.available
-
-    @property
-    def trap(self) -> bool:
-        """The seed's trap: MAP_HUGETLB fails, the engine falls back to THP, and the pool
-        keeps its memory away from the fallback."""
-        return self.fails and self.mode == "auto"
-
-    @property
-    def relies_on_thp(self) -> bool:
-        """Whether the arena will be (or may be) backed by transparent hugepages."""
-        if self.mode == "thp":
-            return True
-        if self.mode == "hugetlb":
-            return False
-        return not self.uses_pool or self.fails or self.need is None
-
-    @property
-    def missing(self) -> int:
-        """Pages short of the need (0 when it fits)."""
-        return max(0, self.need.pages - self.available) if self.need else 0
-
-
-def assess_pool(facts: HugepageFacts, config: EngineConfig, engine_pid: Optional[int]) -> PoolAssessment:
-    """Decide what the default pool does to the engine's next start."""
-    pool = facts.default_pool
-    need = HugepageNeed(config.arena_bytes, facts.page_size) if config.arena_bytes else None
-    holder = facts.holder(engine_pid)
-    engine_pages = holder.bytes // facts.page_size if holder else 0
-    available = 0
-    if pool is not None:
-        headroom = max(0, pool.overcommit - pool.surplus)
-        available = max(0, pool.free - pool.reserved) + engine_pages + headroom
-    return PoolAssessment(config.hugepages, pool, need, engine_pages, available)
-
-
-class MemoryProjection(NamedTuple):
-    """Ordinary (non-hugetlb) memory after the engine's next start."""
-
-    mem_total: int
-    """``MemTotal``."""
-    hugetlb: int
-    """Memory locked in hugepage pools (not usable by ordinary allocations)."""
-    available: int
-    """Ordinary memory the engine can have: MemAvailable plus what the engine holds now."""
-    need: int
-    """Ordinary memory the engine will take: arena (unless MAP_HUGETLB succeeds) + K/V, or its
-    whole footprint now when that is larger (runtime, heap, CUDA context)."""
-    headroom: int
-    """The headroom to keep (``headroom:``)."""
-    footprint: bool = False
-    """Whether ``need`` is the running engine's footprint rather than arena + K/V."""
-
-    @property
-    def left(self) -> int:
-        """What remains for everything else once the engine has loaded."""
-        return self.available - self.need
-
-    @property
-    def short(self) -> bool:
-        """Less than the headroom remains: reclaim, pressure stalls, and kills follow."""
-        return self.left < self.headroom
-
-    @property
-    def arithmetic(self) -> str:
-        """The sum, with the host's numbers."""
-        return (f"{format_bytes(self.available)} available (MemTotal {format_bytes(self.mem_total)}, "
-                f"{format_bytes(self.hugetlb)} in hugepage pools) - {format_bytes(self.need)} for "
-                f"the engine{' (its footprint now)' if self.footprint else ''} = "
-                f"{format_bytes(self.left)} left (headroom {format_bytes(self.headroom)})")
-
-
-def project_memory(
-    facts: HugepageFacts, config: EngineConfig, assessment: PoolAssessment,
-    engine_resident: int,
-) -> Optional[MemoryProjection]:
-    """Project ordinary memory after the next start; None without MemTotal or an arena."""
-    total = facts.mem("MemTotal")
-    available = facts.mem("MemAvailable")
-    if available is None:
-        available = facts.mem("MemFree")
-    if total is None or available is None or config.arena_bytes is None:
-        return None
-    engine_hugetlb = assessment.engine_pages * facts.page_size
-    ordinary_held = max(0, engine_resident - engine_hugetlb)
-    in_pool = assessment.uses_pool and not assessment.fails
-    pinned = config.kv_bytes + (0 if in_pool else config.arena_bytes)
-    # A running engine comes back with its whole footprint, not only arena + K/V.
-    need = max(pinned, ordinary_held)
-    return MemoryProjection(total, facts.hugetlb_bytes, available + ordinary_held, need,
-                            config.headroom_bytes, footprint=need > pinned)
-
-
 # -- facts as data (for JSON) ----------------------------------------------------------------
 def hugepages_data(facts: HugepageFacts) -> Dict[str, object]:
     """``facts.hugepages`` in the JSON output."""
@@ -951,17 +811,13 @@ __all__ = [
     "CmdlineHugepages",
     "Holder",
     "HugepageFacts",
-    "HugepageNeed",
     "HugetlbfsFile",
     "HugetlbfsMount",
-    "MemoryProjection",
     "NodePool",
     "PagePool",
-    "PoolAssessment",
     "SysctlConfig",
     "SysctlSetting",
     "ThpFacts",
-    "assess_pool",
     "count",
     "detect_container",
     "format_page_size",
@@ -969,7 +825,6 @@ __all__ = [
     "parse_hugepage_cmdline",
     "parse_maps_paths",
     "parse_sysctl_conf",
-    "project_memory",
     "read_hugepages",
     "read_sysctl_config",
     "read_thp",

@@ -219,12 +219,11 @@ def _selected(finding: Finding, options: PlanOptions) -> bool:
 def _opt_in_fixes(
     ctx: HostContext, results: Sequence[CheckResult], options: PlanOptions, problems: List[str]
 ) -> List[Tuple[Finding, Fix]]:
-    from strata_doctor.binding import plan_for
     from strata_doctor.fixes import preflight_fix, reserve_node_fix
 
     extra: List[Tuple[Finding, Fix]] = []
     if options.reserve_node:
-        binding = plan_for(ctx)
+        binding = ctx.binding_plan
         contention = [f for r in results for f in r.findings
                       if f.check == "cpu-contention" and f.severity > Severity.OK]
         finding = contention[0] if contention else Finding("fix", "reserve-node", Severity.INFO, "")

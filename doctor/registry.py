@@ -1,4 +1,4 @@
-"""Checks: the base class, the registry of built-ins and third-party plug-ins, the runner.
+"""Checks: the registry of built-ins and third-party plug-ins, and the runner.
 
 Built-in checks are listed explicitly in :data:`strata_doctor.checks.BUILTIN`. Third-party
 checks register a :class:`Check` subclass in the entry-point group ``strata_doctor.checks.v1``;
@@ -9,39 +9,15 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any, ClassVar, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
+from strata_doctor.check import Check as Check  # re-exported: plug-ins import it from here
 from strata_doctor.context import HostContext
 from strata_doctor.model import CheckResult, Crash, Finding, Severity, Skip
 from strata_doctor.root import Command
 
 ENTRY_POINT_GROUP = "strata_doctor.checks.v1"
 _ID = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-
-
-class Check:
-    """Base class of every check; the subclass's docstring is its documentation."""
-
-    id: ClassVar[str]
-    """Stable kebab-case id, used by ``--ignore`` and in JSON."""
-    title: ClassVar[str]
-    """Short human title for the text output."""
-
-    def commands(self, ctx: HostContext) -> Sequence[Command]:
-        """External commands this check will run, so they can be started together."""
-        return ()
-
-    def applies(self, ctx: HostContext) -> Optional[str]:
-        """None when the check should run, else the reason it is skipped."""
-        return None
-
-    def run(self, ctx: HostContext) -> Iterator[Finding]:
-        """Yield findings; must only read facts, never change the host."""
-        raise NotImplementedError
-
-    def finding(self, id: str, severity: Severity, summary: str, **extra: object) -> Finding:
-        """Build a finding of this check."""
-        return Finding(check=self.id, id=id, severity=severity, summary=summary, **extra)  # type: ignore[arg-type]
 
 
 def valid_id(check_id: str) -> bool:

@@ -18,7 +18,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from strata_doctor import __version__
 from strata_doctor.context import HostContext
 from strata_doctor.model import CheckResult, Severity
-from strata_doctor.parse import parse_meminfo
 
 PREFIX = "strata_doctor"
 NFD_PREFIX = "strata-doctor."
@@ -58,23 +57,6 @@ def gpu_node(ctx: HostContext) -> Tuple[Optional[str], Optional[int]]:
     if placement is None:
         return None, None
     return placement.gpu.address, placement.node
-
-
-def arena_headroom(ctx: HostContext) -> Optional[Tuple[str, int]]:
-    """(nodes, bytes left) on the planned node(s) after arena, K/V and headroom, as the
-    arena-fit check computes it; negative when it does not fit; None without an arena."""
-    from strata_doctor.binding import plan_for
-
-    pinned = ctx.config.pinned_bytes
-    if pinned is None:
-        return None
-    need = pinned + ctx.config.headroom_bytes
-    plan = plan_for(ctx) if ctx.numa.nodes else None
-    if plan is None:
-        total = parse_meminfo(ctx.root.read("/proc/meminfo") or "").get("MemTotal")
-        return ("all", total - need) if total is not None else None
-    total = sum(n.memory_total or 0 for n in ctx.numa.nodes if n.id in plan.mem_nodes)
-    return plan.nodes_text, total - need
 
 
 def _counts(results: Sequence[CheckResult]) -> Dict[str, int]:
@@ -123,7 +105,7 @@ def to_prometheus(ctx: HostContext, results: Sequence[CheckResult], code: int) -
     if address is not None and node is not None:
         _metric(lines, "gpu_numa_node", "gauge", "NUMA node of the compute GPU.",
                 [(_labels(gpu=address), node)])
-    headroom = arena_headroom(ctx)
+    headroom = ctx.arena_headroom
     if headroom is not None:
         _metric(lines, "arena_headroom_bytes", "gauge",
                 "Bytes left on the planned node(s) after arena, K/V and headroom (negative: short).",
@@ -166,7 +148,7 @@ def to_nfd(ctx: HostContext, results: Sequence[CheckResult], code: int) -> str:
         labels["gpu-numa-node"] = str(node)
     if address:
         labels["gpu-address"] = _nfd_value(address.replace(":", "-"))
-    headroom = arena_headroom(ctx)
+    headroom = ctx.arena_headroom
     if headroom is not None:
         labels["arena-fits"] = "true" if headroom[1] >= 0 else "false"
     failing = sorted({f.check for r in results for f in r.findings if f.severity >= Severity.ERROR})

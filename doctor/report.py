@@ -15,11 +15,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from strata_doctor import __version__
-from strata_doctor.binding import assess, plan_for
+from strata_doctor.binding import numactl_line
 from strata_doctor.context import HostContext, place_gpu
-from strata_doctor.engine import EngineConfig
+from strata_doctor.engine import SYSTEMD_VERSION, EngineConfig
 from strata_doctor.facts import Gpu, normalize_address
-from strata_doctor.fixes import SYSTEMD_VERSION, numactl_line
 from strata_doctor.model import CheckResult, Finding, Severity
 from strata_doctor.parse import (
     format_bytes,
@@ -504,11 +503,10 @@ def _link_text(gpu: Gpu) -> Optional[str]:
 def engine_line(ctx: HostContext) -> EngineLine:
     """The engine's settings, the planned binding and whether it is in place."""
     config: EngineConfig = ctx.config
-    plan = plan_for(ctx)
+    plan, state = ctx.binding_plan, ctx.binding_state
     planned = configured = effective = None
-    if plan is not None:
+    if plan is not None and state is not None:
         planned = numactl_line(plan.mem_nodes, plan.cpu_nodes, plan.policy)
-        state = assess(ctx, plan)
         configured, effective = state.configured, state.effective
     unit = ctx.unit
     unit_state = (f"{unit.get('ActiveState') or '?'}/{unit.get('SubState') or '?'}"

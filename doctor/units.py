@@ -11,6 +11,8 @@ from typing import Dict, List, Optional, Tuple
 
 from strata_doctor.root import Root
 
+RESERVED_UNITS = (("system.slice", "Slice"), ("user.slice", "Slice"), ("init.scope", "Scope"))
+"""Top-level cgroups that ``fix --reserve-node`` moves off the engine's node, with their section."""
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system",
              "/lib/systemd/system")
 """Unit directories, most specific first."""

@@ -14,14 +14,9 @@ from typing import Dict, Optional, Tuple
 
 import pytest
 
-from strata_doctor.binding import plan_for
 from strata_doctor.context import HostContext
-from strata_doctor.engine import load_config
-from strata_doctor.fixes import (
-    binding_fix_for,
-    parse_systemd_version,
-    read_systemd_support,
-)
+from strata_doctor.engine import load_config, parse_systemd_version, read_systemd_support
+from strata_doctor.fixes import binding_fix_for
 from strata_doctor.root import Root
 from tests.conftest import UNBOUND_UNIT, two_node_files, write_tree
 
@@ -132,7 +127,7 @@ def test_support_inferred_from_systemctl_show(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", SYNTHETIC)
 def test_binding_fix_follows_the_host(tmp_path: Path, name: str) -> None:
     ctx = context_for(make_host(tmp_path, name))
-    plan = plan_for(ctx)
+    plan = ctx.binding_plan
     assert plan is not None
     fix = binding_fix_for(ctx, plan)
     templates = {f.template: dict(f.context) for f in fix.files}
@@ -153,7 +148,7 @@ def test_binding_fix_follows_the_host(tmp_path: Path, name: str) -> None:
 def test_no_systemd_gets_the_wrapper_only(tmp_path: Path) -> None:
     tree = write_tree(tmp_path / "h", two_node_files())  # no systemctl captures at all
     ctx = context_for(tree)
-    plan = plan_for(ctx)
+    plan = ctx.binding_plan
     assert plan is not None
     fix = binding_fix_for(ctx, plan)
     assert [f.path for f in fix.files] == ["/usr/local/bin/strata-numa"]

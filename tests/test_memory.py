@@ -13,9 +13,6 @@ from hypothesis import strategies as st
 
 from strata_doctor.engine import EngineConfig, UnitState
 from strata_doctor.memory import (
-    CHAIN,
-    HugepageNeed,
-    assess_pool,
     count,
     detect_container,
     format_page_size,
@@ -46,6 +43,7 @@ from strata_doctor.oomd import (
 from strata_doctor.parse import parse_meminfo, parse_mounts, parse_size
 from strata_doctor.processes import read_processes
 from strata_doctor.root import Root
+from strata_doctor.rules import CHAIN, HugepageNeed, assess_pool
 from tests.conftest import SHARED, write_tree
 
 GIB = 1024**3

@@ -1,0 +1,266 @@
+"""Rules: pure decisions over facts, no I/O and no rendering.
+
+What the default hugepage pool does to the engine's next start (:func:`assess_pool`),
+whether a configured pool size resolves it (:func:`pending_pool`, :func:`trap_in_effect`),
+ordinary memory after the start (:func:`project_memory`) and the engine's exposure to
+systemd-oomd (:func:`assess_exposure`). The NUMA binding plan is in
+:mod:`strata_doctor.binding`. :class:`~strata_doctor.context.HostContext` keeps each
+answer for the host (``ctx.pool_assessment``, ``ctx.exposure``, ``ctx.binding_plan``).
+"""
+
+import math
+from typing import NamedTuple, Optional, Tuple
+
+from strata_doctor.binding import BindingPlan
+from strata_doctor.engine import EngineConfig
+from strata_doctor.facts import NumaFacts
+from strata_doctor.memory import HugepageFacts, PagePool, count, format_page_size
+from strata_doctor.oomd import OomdFacts, Watched
+from strata_doctor.parse import format_bytes
+
+CHAIN = "hugepage trap → THP fallback → memory pressure → oomd kill → restart loop"
+"""The seed's failure chain, as findings name it."""
+
+
+# -- the engine's need and what the pool will do to it ------------------------------------
+class HugepageNeed(NamedTuple):
+    """How many hugepages the arena needs: ceil(arena / page size)."""
+
+    arena: int
+    """Arena bytes."""
+    page_size: int
+    """Default hugepage size in bytes."""
+
+    @property
+    def pages(self) -> int:
+        """ceil(arena / page size)."""
+        return math.ceil(self.arena / self.page_size)
+
+    @property
+    def arithmetic(self) -> str:
+        """E.g. ``46.84 GiB / 2 MiB → 23,983 pages``."""
+        return f"{format_bytes(self.arena)} / {format_page_size(self.page_size)} → {count(self.pages)} pages"
+
+
+class PoolAssessment(NamedTuple):
+    """What the default pool means for the engine's next start."""
+
+    mode: str
+    """The engine's hugepage mode: ``auto``, ``hugetlb`` or ``thp``."""
+    pool: Optional[PagePool]
+    """The default-size pool; None when the kernel shows none."""
+    need: Optional[HugepageNeed]
+    """The arena's need; None when no arena size is known."""
+    engine_pages: int
+    """Pages the running engine holds now (freed, then taken again, at its restart)."""
+    available: int
+    """Pages a fresh MAP_HUGETLB of the arena could get: free - reserved + the engine's own
+    + overcommit headroom."""
+
+    @property
+    def uses_pool(self) -> bool:
+        """Whether the engine tries MAP_HUGETLB at all."""
+        return self.mode in ("auto", "hugetlb") and self.pool is not None and self.pool.total + \
+            self.pool.overcommit > 0
+
+    @property
+    def fails(self) -> bool:
+        """MAP_HUGETLB of the whole arena will fail."""
+        return self.uses_pool and self.need is not None and self.need.pages > self.available
+
+    @property
+    def trap(self) -> bool:
+        """The seed's trap: MAP_HUGETLB fails, the engine falls back to THP, and the pool
+        keeps its memory away from the fallback."""
+        return self.fails and self.mode == "auto"
+
+    @property
+    def relies_on_thp(self) -> bool:
+        """Whether the arena will be (or may be) backed by transparent hugepages."""
+        if self.mode == "thp":
+            return True
+        if self.mode == "hugetlb":
+            return False
+        return not self.uses_pool or self.fails or self.need is None
+
+    @property
+    def missing(self) -> int:
+        """Pages short of the need (0 when it fits)."""
+        return max(0, self.need.pages - self.available) if self.need else 0
+
+
+def assess_pool(facts: HugepageFacts, config: EngineConfig, engine_pid: Optional[int]) -> PoolAssessment:
+    """Decide what the default pool does to the engine's next start."""
+    pool = facts.default_pool
+    need = HugepageNeed(config.arena_bytes, facts.page_size) if config.arena_bytes else None
+    holder = facts.holder(engine_pid)
+    engine_pages = holder.bytes // facts.page_size if holder else 0
+    available = 0
+    if pool is not None:
+        headroom = max(0, pool.overcommit - pool.surplus)
+        available = max(0, pool.free - pool.reserved) + engine_pages + headroom
+    return PoolAssessment(config.hugepages, pool, need, engine_pages, available)
+
+
+class MemoryProjection(NamedTuple):
+    """Ordinary (non-hugetlb) memory after the engine's next start."""
+
+    mem_total: int
+    """``MemTotal``."""
+    hugetlb: int
+    """Memory locked in hugepage pools (not usable by ordinary allocations)."""
+    available: int
+    """Ordinary memory the engine can have: MemAvailable plus what the engine holds now."""
+    need: int
+    """Ordinary memory the engine will take: arena (unless MAP_HUGETLB succeeds) + K/V, or its
+    whole footprint now when that is larger (runtime, heap, CUDA context)."""
+    headroom: int
+    """The headroom to keep (``headroom:``)."""
+    footprint: bool = False
+    """Whether ``need`` is the running engine's footprint rather than arena + K/V."""
+
+    @property
+    def left(self) -> int:
+        """What remains for everything else once the engine has loaded."""
+        return self.available - self.need
+
+    @property
+    def short(self) -> bool:
+        """Less than the headroom remains: reclaim, pressure stalls, and kills follow."""
+        return self.left < self.headroom
+
+    @property
+    def arithmetic(self) -> str:
+        """The sum, with the host's numbers."""
+        return (f"{format_bytes(self.available)} available (MemTotal {format_bytes(self.mem_total)}, "
+                f"{format_bytes(self.hugetlb)} in hugepage pools) - {format_bytes(self.need)} for "
+                f"the engine{' (its footprint now)' if self.footprint else ''} = "
+                f"{format_bytes(self.left)} left (headroom {format_bytes(self.headroom)})")
+
+
+def project_memory(
+    facts: HugepageFacts, config: EngineConfig, assessment: PoolAssessment,
+    engine_resident: int,
+) -> Optional[MemoryProjection]:
+    """Project ordinary memory after the next start; None without MemTotal or an arena."""
+    total = facts.mem("MemTotal")
+    available = facts.mem("MemAvailable")
+    if available is None:
+        available = facts.mem("MemFree")
+    if total is None or available is None or config.arena_bytes is None:
+        return None
+    engine_hugetlb = assessment.engine_pages * facts.page_size
+    ordinary_held = max(0, engine_resident - engine_hugetlb)
+    in_pool = assessment.uses_pool and not assessment.fails
+    pinned = config.kv_bytes + (0 if in_pool else config.arena_bytes)
+    # A running engine comes back with its whole footprint, not only arena + K/V.
+    need = max(pinned, ordinary_held)
+    return MemoryProjection(total, facts.hugetlb_bytes, available + ordinary_held, need,
+                            config.headroom_bytes, footprint=need > pinned)
+
+
+class PendingPool(NamedTuple):
+    """A pool size written in the configuration but not yet in effect."""
+
+    pages: int
+    """What the configuration sets."""
+    path: str
+    """The file that sets it."""
+
+    @property
+    def after(self) -> str:
+        """When it takes effect."""
+        if "sysctl" in self.path:
+            return "`sysctl --system` (or a reboot)"
+        return "a reboot (after regenerating the boot configuration)"
+
+
+def pending_pool(facts: HugepageFacts, current: int) -> Optional[PendingPool]:
+    """The configured default-pool size when it differs from the pool now."""
+    configured = facts.configured_pages()
+    if configured is None or configured[0] == current:
+        return None
+    return PendingPool(*configured)
+
+
+def trap_in_effect(facts: HugepageFacts, a: PoolAssessment) -> bool:
+    """The seed's trap is live now and no fix for it is waiting in the configuration."""
+    if not a.trap or a.pool is None:
+        return False
+    pending = pending_pool(facts, a.pool.total)
+    return not (pending and pool_resolved(pending.pages, a))
+
+
+def pool_resolved(pages: int, a: PoolAssessment) -> bool:
+    """Whether a default pool of ``pages`` (configured, not yet in effect) ends the trap."""
+    # After sysctl --system or a boot the configured pool is free (orphans vanish at boot).
+    if pages == 0:
+        return a.mode != "hugetlb"
+    return a.need is not None and pages >= a.need.pages
+
+
+# -- the arena on its node(s) ---------------------------------------------------------------
+def arena_headroom(
+    config: EngineConfig, numa: NumaFacts, plan: Optional[BindingPlan], mem_total: Optional[int],
+) -> Optional[Tuple[str, int]]:
+    """(nodes, bytes left) on the planned node(s) after arena, K/V and headroom, as the
+    arena-fit check computes it; negative when it does not fit; None without an arena.
+    ``plan`` None (or a host without NUMA facts) compares with ``mem_total`` (MemTotal)."""
+    pinned = config.pinned_bytes
+    if pinned is None:
+        return None
+    need = pinned + config.headroom_bytes
+    if plan is None or not numa.nodes:
+        return ("all", mem_total - need) if mem_total is not None else None
+    total = sum(n.memory_total or 0 for n in numa.nodes if n.id in plan.mem_nodes)
+    return plan.nodes_text, total - need
+
+
+# -- systemd-oomd ------------------------------------------------------------------------
+class Exposure(NamedTuple):
+    """Whether systemd-oomd can kill the engine, and what protects it."""
+
+    watched: Tuple[Watched, ...]
+    """Watched cgroups on the engine's path (itself or an ancestor)."""
+    preference: str
+    """The engine unit's loaded ManagedOOMPreference (``none`` when unset)."""
+    honoured: bool
+    """Whether oomd honours a preference for the engine's cgroup (root-owned: a system
+    service, not a unit or scope under ``user@UID.service``)."""
+    configured: Optional[Tuple[str, str]]
+    """(value, file) of ManagedOOMPreference in the engine unit's files on disk."""
+    swap_usable: bool
+    """Whether the host has swap (ManagedOOMSwap cannot fire without it)."""
+
+    @property
+    def effective_watch(self) -> Tuple[Watched, ...]:
+        """The watches that can fire: pressure always, swap only with swap."""
+        return tuple(w for w in self.watched if w.kind == "memory-pressure" or self.swap_usable)
+
+    @property
+    def protected(self) -> bool:
+        """``avoid`` or ``omit`` is loaded and honoured."""
+        return self.honoured and self.preference in ("avoid", "omit")
+
+    @property
+    def pending(self) -> bool:
+        """``avoid``/``omit`` is written in a unit file but not loaded yet."""
+        return (self.honoured and not self.protected and self.configured is not None
+                and self.configured[0] in ("avoid", "omit"))
+
+    @property
+    def exposed(self) -> bool:
+        """oomd can pick the engine as its victim."""
+        return bool(self.effective_watch) and not self.protected
+
+
+def assess_exposure(facts: OomdFacts) -> Exposure:
+    """How exposed the engine is to systemd-oomd (whatever oomd's state)."""
+    engine = facts.engine_settings
+    preference = (engine.preference if engine and engine.shown else "") or "none"
+    configured = engine.on_disk("ManagedOOMPreference") if engine else None
+    honoured = facts.engine_cgroup is not None and facts.user_uid is None
+    swap = bool(facts.swap_total)
+    return Exposure(facts.watched(), preference, honoured, configured, swap)
+
+
