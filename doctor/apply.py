@@ -2,18 +2,25 @@
 
 Order of an apply, so that a kill between any two steps leaves a revertible tree:
 
-1. take the lock ``/var/lib/strata-doctor/lock`` (under the root);
-2. save every original (or its absence) and write the journal, fsynced, *before* any change;
-3. create missing directories, then write each file atomically: a temporary file in the
-   same directory, fsync, rename over the target, fsync the directory; a symlink at the
-   target is refused, never followed;
+1. take the lock: an ``flock`` on ``/var/lib/strata-doctor/lock`` (under the root), before
+   the checks run and the plan is made (``fix --apply`` holds it from planning to the end);
+2. save every original (or its absence) and write the journal, fsynced, *before* any
+   change; the journal names every folder the apply will create;
+3. create those folders, then write each file atomically: a temporary file in the same
+   folder, fsync, rename over the target, fsync the folder; a symlink at the target is
+   refused, never followed;
 4. on a live host, as root only, take the runtime actions, journaling each previous value
    first;
 5. mark the journal applied.
 
+Every path is resolved inside the root (:mod:`strata_doctor.inroot`): each write, removal
+and ``chmod`` is made by name relative to a folder descriptor opened there, with
+``O_NOFOLLOW``, so no link in the tree leads a change out of it.
+
 A failing step rolls back what was done; a killed apply is undone by ``fix --revert``.
-Revert restores bytes, modes and owners, removes files and directories the apply created,
-and removes the state directory once no apply is left in it.
+Revert restores bytes, modes and owners, removes the files and folders the apply created
+(and no others), and removes the state folder, with the folders made for it, once no apply
+is left in it.
 """
 
 from __future__ import annotations
@@ -24,20 +31,30 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import stat
 import subprocess
+import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from strata_doctor.plan import Plan, PlannedFile, read_no_follow
+from strata_doctor.inroot import InRoot, split
+from strata_doctor.plan import Plan, PlannedFile
 from strata_doctor.root import Root
 
 STATE_DIR = "/var/lib/strata-doctor"
 JOURNAL_SCHEMA = "strata-doctor/journal/v1"
 TEMP_SUFFIX = ".strata-doctor-tmp"
+STATE_TEMP = re.compile(r"^\.strata-doctor-state\.(\d+)\.tmp$")
+MADE_FILE = "made"
 INTERRUPTED = "an earlier apply did not finish: run `strata-doctor fix --revert` first"
+REVERT_INTERRUPTED = "an earlier revert did not finish: run `strata-doctor fix --revert` again"
+BUSY = "another `strata-doctor fix` is running (pid {pid}); wait for it, or use --wait"
 COMMAND_TIMEOUT = 120.0
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 class ApplyError(Exception):
@@ -88,57 +105,6 @@ def privileged(root: Root) -> bool:
     return root.live and os.geteuid() == 0
 
 
-# -- apply --------------------------------------------------------------------
-def apply_plan(root: Root, plan: Plan) -> ApplyReport:
-    """Write the plan's changed files and take its runtime actions; roll back on failure."""
-    if plan.problems:
-        raise ApplyError("the plan cannot be applied: " + "; ".join(plan.problems))
-    if root.live and os.geteuid() != 0:
-        raise ApplyError("writing to / needs root: run it with sudo, or write into a tree with --root DIR")
-    if interrupted(root):
-        raise ApplyError(INTERRUPTED)
-    if plan.empty:
-        return ApplyReport((), (), (), "")
-    try:
-        with _locked(root):
-            return _apply_locked(root, plan)
-    except ApplyError:
-        _drop_state_if_empty(root)  # a refused or rolled-back apply leaves no state behind
-        raise
-
-
-def _apply_locked(root: Root, plan: Plan) -> ApplyReport:
-    changes = plan.changes
-    _refuse_interrupted(root)
-    _verify_unchanged(root, changes)
-    try:
-        apply_dir = _new_apply_dir(root)
-    except OSError as exc:
-        raise ApplyError(f"cannot record the apply in {STATE_DIR}: {_describe(exc)}") from None
-    journal: Dict[str, Any] = {"schema": JOURNAL_SCHEMA, "status": "applying", "root": plan.root,
-                               "files": [], "dirs": [], "actions": []}
-    try:
-        _save_originals(root, apply_dir, changes, journal)
-        _write_journal(root, apply_dir, journal)
-        written = _write_files(root, changes, journal)
-        taken, skipped = _run_actions(root, plan, apply_dir, journal)
-        journal["status"] = "applied"
-        _write_journal(root, apply_dir, journal)
-    except (OSError, ApplyError, subprocess.SubprocessError) as exc:
-        raise ApplyError(_rollback_message(root, apply_dir, exc)) from None
-    return ApplyReport(written, taken, skipped, f"{_host(apply_dir)}/journal.json")
-
-
-def _rollback_message(root: Root, apply_dir: Path, exc: BaseException) -> str:
-    what = _describe(exc)
-    try:
-        _revert_dir(root, apply_dir, force=False)
-    except (OSError, ApplyError, subprocess.SubprocessError) as second:
-        return (f"apply failed: {what}; rolling back also failed ({_describe(second)}): run "
-                "`strata-doctor fix --revert` to restore the saved originals")
-    return f"apply failed: {what}; everything it had changed was restored"
-
-
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, OSError):
         where = f"{exc.filename}: " if exc.filename else ""
@@ -146,111 +112,450 @@ def _describe(exc: BaseException) -> str:
     return str(exc)
 
 
-def interrupted(root: Root) -> bool:
-    """Whether the newest apply recorded under the root did not finish."""
-    last = _last_apply_dir(root)
-    if last is None:
+# -- the lock -----------------------------------------------------------------
+class Lock:
+    """The ``flock`` on ``/var/lib/strata-doctor/lock`` under the root.
+
+    The lock file is removed only by its holder (the revert or failed apply that leaves
+    the state folder empty), and whoever takes the lock checks that the file it locked is
+    still the one at that path, and starts again otherwise; so two holders never coexist.
+    The holder's pid is written into the file for the message the loser prints.
+    """
+
+    def __init__(self, root: Root, wait: bool = False, create: bool = True) -> None:
+        self.root = root
+        self.wait = wait
+        self.create = create
+        self.tree: Optional[InRoot] = None
+        self.state_fd = -1
+        self.fd = -1
+
+    @property
+    def held(self) -> bool:
+        """Whether the lock is taken (False when there was no state folder to lock)."""
+        return self.fd >= 0
+
+    def __enter__(self) -> Lock:
+        try:
+            self.tree = InRoot(self.root.base)
+        except OSError as exc:
+            raise ApplyError(f"cannot open the root {self.root.base}: {_describe(exc)}") from None
+        try:
+            self._take()
+        except BaseException:
+            self.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Let go of the lock and of every descriptor."""
+        for fd in (self.fd, self.state_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.fd = self.state_fd = -1
+        if self.tree is not None:
+            self.tree.close()
+            self.tree = None
+
+    def _take(self) -> None:
+        assert self.tree is not None
+        for _ in range(100):
+            try:
+                self.state_fd = _open_state(self.tree, self.create)
+            except FileNotFoundError:
+                if self.create:
+                    raise
+                return  # no state folder: nothing to lock, nothing recorded
+            except OSError as exc:
+                raise ApplyError(f"cannot use the state folder {STATE_DIR}: {_describe(exc)}") from None
+            try:
+                fd = os.open("lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o600,
+                             dir_fd=self.state_fd)
+            except OSError as exc:
+                raise ApplyError(f"cannot use the lock {STATE_DIR}/lock: {_describe(exc)}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if self.wait else fcntl.LOCK_NB))
+            except OSError as exc:
+                pid = _holder(fd)
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise ApplyError(BUSY.format(pid=pid)) from None
+                raise ApplyError(f"cannot lock {STATE_DIR}/lock: {_describe(exc)}") from None
+            if _same_file(fd, self.state_fd, "lock"):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                self.fd = fd
+                return
+            os.close(fd)  # the holder we waited for removed the state folder: start again
+            os.close(self.state_fd)
+            self.state_fd = -1
+        raise ApplyError(f"cannot take the lock {STATE_DIR}/lock: it keeps being replaced")
+
+
+def _same_file(fd: int, dir_fd: int, name: str) -> bool:
+    try:
+        there = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
         return False
-    journal = _read_journal(last)
-    return journal is None or journal.get("status") != "applied"
+    mine = os.fstat(fd)
+    return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
 
 
-def _refuse_interrupted(root: Root) -> None:
-    if interrupted(root):
-        raise ApplyError(INTERRUPTED)
+def _holder(fd: int) -> str:
+    for _ in range(20):  # the holder writes its pid right after taking the lock
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if text.isdigit():
+            return text
+        time.sleep(0.05)
+    return "unknown"
 
 
-def _verify_unchanged(root: Root, changes: Tuple[PlannedFile, ...]) -> None:
-    for planned in changes:
-        real = root.path(planned.path)
-        if os.path.islink(real):
-            raise ApplyError(f"{planned.path} is a symlink; strata-doctor never writes through one")
-        if read_no_follow(str(real)) != planned.current:
+def _open_state(tree: InRoot, create: bool) -> int:
+    """A descriptor of the state folder; made, atomically, when missing and ``create``."""
+    try:
+        return tree.open_dir(STATE_DIR)
+    except FileNotFoundError:
+        if not create:
+            _clean_state_temps(tree)
+            raise
+    existing, missing = tree.locate(STATE_DIR)
+    if not missing:
+        return tree.open_dir(STATE_DIR)
+    parent = tree.open_dir(existing)
+    try:
+        _clean_state_temps(tree, parent)
+        _build_state(tree, parent, existing, missing)
+    finally:
+        os.close(parent)
+    return tree.open_dir(STATE_DIR)
+
+
+def _build_state(tree: InRoot, parent: int, existing: str, missing: List[str]) -> None:
+    """Make the missing folders of the state folder in a temporary folder, then rename it
+    into place: a kill leaves either no state folder or a whole one (with ``made`` naming
+    the top folder created for it), never an empty ``var/``."""
+    temp = f".strata-doctor-state.{os.getpid()}.tmp"
+    checkpoint("state-dir", STATE_DIR)
+    os.mkdir(temp, 0o700, dir_fd=parent)
+    try:
+        _fill_state(parent, temp, existing, missing)
+    except Exception:
+        with contextlib.suppress(OSError):
+            _remove_at(parent, temp)
+        raise
+
+
+def _fill_state(parent: int, temp: str, existing: str, missing: List[str]) -> None:
+    fds = [os.open(temp, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=parent)]
+    try:
+        for name in missing[1:]:
+            os.mkdir(name, 0o700, dir_fd=fds[-1])
+            fds.append(os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=fds[-1]))
+        for fd in fds[:-1]:
+            os.fchmod(fd, 0o755)  # var/, var/lib/ as every host has them
+        os.fchmod(fds[-1], 0o700)
+        top = existing.rstrip("/") + "/" + missing[0]
+        _write_at(fds[-1], MADE_FILE, (top + "\n").encode(), 0o600)
+        for fd in reversed(fds):
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    checkpoint("state-rename", STATE_DIR)
+    try:
+        os.rename(temp, missing[0], src_dir_fd=parent, dst_dir_fd=parent)
+    except OSError as exc:
+        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):  # else another run made it first
+            raise
+        _remove_at(parent, temp)
+    os.fsync(parent)
+
+
+def _clean_state_temps(tree: InRoot, parent: Optional[int] = None) -> None:
+    """Remove the temporary state folders of runs that died while making one."""
+    own = parent is None
+    if own:
+        try:
+            existing, _ = tree.locate(STATE_DIR)
+            parent = tree.open_dir(existing)
+        except OSError:
+            return
+    assert parent is not None
+    try:
+        for name in os.listdir(parent):
+            found = STATE_TEMP.match(name)
+            if found and (int(found.group(1)) == os.getpid() or not _alive(int(found.group(1)))):
+                _remove_at(parent, name)
+    finally:
+        if own:
+            os.close(parent)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def drop_state_if_empty(lock: Lock) -> None:
+    """As the lock's holder: once no apply is recorded, remove the state folder and the
+    folders made for it, the lock file first (see :class:`Lock`)."""
+    if not lock.held or _apply_names(lock):
+        return
+    assert lock.tree is not None
+    checkpoint("drop-state", STATE_DIR)
+    state = lock.state_fd
+    top = _read_at(state, MADE_FILE)
+    for name in ("applies", "lock", MADE_FILE):
+        _remove_at(state, name)
+    made = top.decode("utf-8", "replace").strip() if top else STATE_DIR
+    if made != STATE_DIR and not (STATE_DIR + "/").startswith(made.rstrip("/") + "/"):
+        made = STATE_DIR
+    folder = STATE_DIR
+    while True:  # the state folder, then each folder made for it, while empty
+        head, _, name = folder.rpartition("/")
+        try:
+            parent = lock.tree.open_dir(head or "/")
+        except OSError:
+            return
+        try:
+            os.rmdir(name, dir_fd=parent)
+            os.fsync(parent)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+                return
+            raise
+        finally:
+            os.close(parent)
+        if folder == made or not head:
+            return
+        folder = head
+
+
+# -- apply --------------------------------------------------------------------
+def apply_plan(root: Root, plan: Plan, lock: Optional[Lock] = None) -> ApplyReport:
+    """Write the plan's changed files and take its runtime actions; roll back on failure.
+
+    ``lock`` is the lock the plan was made under; without it the lock is taken here."""
+    if plan.problems:
+        raise ApplyError("the plan cannot be applied: " + "; ".join(plan.problems))
+    if root.live and os.geteuid() != 0:
+        raise ApplyError("writing to / needs root: run it with sudo, or write into a tree with --root DIR")
+    if lock is None:
+        with Lock(root) as taken:
+            return _apply_held(root, plan, taken)
+    return _apply_held(root, plan, lock)
+
+
+def _apply_held(root: Root, plan: Plan, lock: Lock) -> ApplyReport:
+    try:
+        refuse_unfinished(lock)
+        if plan.empty:
+            return ApplyReport((), (), (), "")
+        return _apply_locked(root, plan, lock)
+    except ApplyError:
+        drop_state_quietly(lock)  # a refused or rolled-back apply leaves no state behind
+        raise
+    except OSError as exc:
+        drop_state_quietly(lock)
+        raise ApplyError(f"apply failed: {_describe(exc)}; nothing was changed") from None
+
+
+def drop_state_quietly(lock: Lock) -> None:
+    """:func:`drop_state_if_empty`, where a folder that cannot be removed is left as it is."""
+    with contextlib.suppress(OSError):  # an empty state folder left behind is harmless
+        drop_state_if_empty(lock)
+
+
+def _apply_locked(root: Root, plan: Plan, lock: Lock) -> ApplyReport:
+    assert lock.tree is not None
+    tree = lock.tree
+    changes = plan.changes
+    targets = [_target(tree, planned.path) for planned in changes]
+    _verify_unchanged(tree, changes, targets)
+    try:
+        name = _new_apply_dir(lock)
+    except OSError as exc:
+        raise ApplyError(f"cannot record the apply in {STATE_DIR}: {_describe(exc)}") from None
+    journal: Dict[str, Any] = {"schema": JOURNAL_SCHEMA, "status": "applying", "root": plan.root,
+                               "files": [], "dirs": [], "actions": []}
+    apply_fd = -1
+    try:
+        apply_fd = _open_apply_dir(lock, name)
+        _save_originals(tree, apply_fd, changes, targets, journal)
+        _write_journal(apply_fd, journal)
+        written = _write_files(root, tree, changes, journal)
+        taken, skipped = _run_actions(root, tree, plan, apply_fd, journal)
+        journal["status"] = "applied"
+        _write_journal(apply_fd, journal)
+    except (OSError, ApplyError, subprocess.SubprocessError) as exc:
+        raise ApplyError(_rollback_message(root, lock, name, exc)) from None
+    finally:
+        if apply_fd >= 0:
+            os.close(apply_fd)
+    return ApplyReport(written, taken, skipped, f"{STATE_DIR}/applies/{name}/journal.json")
+
+
+def _rollback_message(root: Root, lock: Lock, name: str, exc: BaseException) -> str:
+    what = _describe(exc)
+    try:
+        _revert_named(root, lock, name, force=False)
+    except (OSError, ApplyError, subprocess.SubprocessError) as second:
+        return (f"apply failed: {what}; rolling back also failed ({_describe(second)}): run "
+                "`strata-doctor fix --revert` to restore the saved originals")
+    return f"apply failed: {what}; everything it had changed was restored"
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where a planned file lands inside the root."""
+
+    real: str
+    """Its host path with every folder resolved inside the root."""
+    dirs: Tuple[str, ...]
+    """Folders to create for it, outermost first (host paths, resolved)."""
+
+
+def _target(tree: InRoot, path: str) -> _Target:
+    folder, _, name = path.rpartition("/")
+    try:
+        existing, missing = tree.locate(folder or "/")
+    except OSError as exc:
+        raise ApplyError(f"{path}: cannot write there: {_describe(exc)}") from None
+    dirs: List[str] = []
+    here = existing.rstrip("/")
+    for part in missing:
+        here = f"{here}/{part}"
+        dirs.append(here)
+    return _Target(f"{here}/{name}", tuple(dirs))
+
+
+def _verify_unchanged(tree: InRoot, changes: Tuple[PlannedFile, ...], targets: List[_Target]) -> None:
+    for planned, target in zip(changes, targets):
+        if target.dirs:
+            current: Optional[bytes] = None
+        else:
+            current = _read_file(tree, target.real, planned.path)
+        if current != planned.current:
             raise ApplyError(f"{planned.path} changed since the plan was made; run the fix again")
 
 
-def _save_originals(root: Root, apply_dir: Path, changes: Tuple[PlannedFile, ...],
+def _read_file(tree: InRoot, real: str, shown: str) -> Optional[bytes]:
+    """A regular file's bytes, None when absent; a symlink or other type is refused."""
+    folder, name = _split(real)
+    parent = tree.open_dir(folder)
+    try:
+        try:
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(info.st_mode):
+            raise ApplyError(f"{shown} is a symlink; strata-doctor never writes through one")
+        if not stat.S_ISREG(info.st_mode):
+            raise ApplyError(f"{shown} exists and is not a regular file")
+        return _read_at(parent, name)
+    finally:
+        os.close(parent)
+
+
+def _save_originals(tree: InRoot, apply_fd: int, changes: Tuple[PlannedFile, ...], targets: List[_Target],
                     journal: Dict[str, Any]) -> None:
-    originals = apply_dir / "originals"
-    originals.mkdir(mode=0o700, exist_ok=True)
-    for index, planned in enumerate(changes):
-        real = root.path(planned.path)
-        checkpoint("save-original", planned.path)
-        entry: Dict[str, Any] = {
-            "path": planned.path, "existed": planned.current is not None, "original": None,
-            "mode": None, "uid": None, "gid": None, "new_mode": planned.mode,
-            "new_sha256": hashlib.sha256(planned.content.encode()).hexdigest(),
-            "temp": _host_temp(planned.path),
-        }
-        if planned.current is not None:
-            info = os.lstat(real)
-            entry.update(mode=stat.S_IMODE(info.st_mode), uid=info.st_uid, gid=info.st_gid,
-                         original=f"originals/{index}")
-            _write_durably(originals / str(index), planned.current, 0o600)
-        journal["files"].append(entry)
-        for directory in _missing_dirs(root, planned.path):
-            if directory not in journal["dirs"]:
-                journal["dirs"].append(directory)
-    _fsync_dir(originals)
+    os.mkdir("originals", 0o700, dir_fd=apply_fd)
+    originals = os.open("originals", os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=apply_fd)
+    try:
+        for index, (planned, target) in enumerate(zip(changes, targets)):
+            checkpoint("save-original", planned.path)
+            entry: Dict[str, Any] = {
+                "path": planned.path, "real": target.real, "existed": planned.current is not None,
+                "original": None, "mode": None, "uid": None, "gid": None, "new_mode": planned.mode,
+                "new_sha256": hashlib.sha256(planned.content.encode()).hexdigest(),
+                "temp": _host_temp(target.real),
+            }
+            if planned.current is not None:
+                info = _lstat(tree, target.real)
+                entry.update(mode=stat.S_IMODE(info.st_mode), uid=info.st_uid, gid=info.st_gid,
+                             original=f"originals/{index}")
+                _write_at(originals, str(index), planned.current, 0o600)
+            journal["files"].append(entry)
+            for directory in target.dirs:
+                if directory not in journal["dirs"]:
+                    journal["dirs"].append(directory)
+        os.fsync(originals)
+    finally:
+        os.close(originals)
 
 
-def _missing_dirs(root: Root, host_path: str) -> List[str]:
-    missing: List[str] = []
-    parent = host_path.rsplit("/", 1)[0]
-    while parent and not os.path.isdir(root.path(parent)):
-        missing.append(parent)
-        parent = parent.rsplit("/", 1)[0]
-    return list(reversed(missing))
-
-
-def _write_files(root: Root, changes: Tuple[PlannedFile, ...], journal: Dict[str, Any]) -> Tuple[str, ...]:
+def _write_files(root: Root, tree: InRoot, changes: Tuple[PlannedFile, ...],
+                 journal: Dict[str, Any]) -> Tuple[str, ...]:
     for directory in journal["dirs"]:
         checkpoint("mkdir", directory)
-        real = root.path(directory)
-        os.mkdir(real, 0o755)
-        os.chmod(real, 0o755)  # umask must not narrow what systemd needs to read
-        _fsync_dir(real.parent)
+        folder, name = _split(directory)
+        parent = tree.open_dir(folder)
+        try:
+            os.mkdir(name, 0o755, dir_fd=parent)
+            made = os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=parent)
+            try:
+                os.fchmod(made, 0o755)  # umask must not narrow what systemd needs to read
+            finally:
+                os.close(made)
+            os.fsync(parent)
+        finally:
+            os.close(parent)
     owner = (0, 0) if privileged(root) else None
     for planned, entry in zip(changes, journal["files"]):
         keep = (entry["uid"], entry["gid"]) if entry["existed"] and owner else owner
-        atomic_write(root, planned.path, planned.content.encode(), planned.mode, keep)
+        _atomic_write(tree, entry["real"], planned.content.encode(), planned.mode, keep, planned.path)
     return tuple(p.path for p in changes)
 
 
 def atomic_write(root: Root, host_path: str, data: bytes, mode: int,
                  owner: Optional[Tuple[int, int]] = None) -> None:
-    """Replace a file: temp file in the same directory, fsync, rename, fsync the directory."""
-    real = root.path(host_path)
-    temp = root.path(_host_temp(host_path))
-    checkpoint("write-temp", host_path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(temp, flags, 0o600)
+    """Replace a file inside the root: temp file in the same folder, fsync, rename, fsync the folder."""
+    with InRoot(root.base) as tree:
+        _atomic_write(tree, host_path, data, mode, owner, host_path)
+
+
+def _atomic_write(tree: InRoot, real: str, data: bytes, mode: int, owner: Optional[Tuple[int, int]],
+                  shown: str) -> None:
+    folder, name = _split(real)
+    temp = _split(_host_temp(real))[1]
+    parent = tree.open_dir(folder)
     try:
-        _write_all(fd, data)
-        os.fchmod(fd, mode)
-        if owner is not None:
-            os.fchown(fd, *owner)
-        checkpoint("fsync", host_path)
-        os.fsync(fd)
-    except BaseException:
+        checkpoint("write-temp", shown)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW | _CLOEXEC, 0o600, dir_fd=parent)
+        try:
+            _write_all(fd, data)
+            os.fchmod(fd, mode)
+            if owner is not None:
+                os.fchown(fd, *owner)
+            checkpoint("fsync", shown)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            _unlink_at(parent, temp)
+            raise
         os.close(fd)
-        _unlink_quietly(temp)
-        raise
-    os.close(fd)
-    if os.path.islink(real):
-        _unlink_quietly(temp)
-        raise ApplyError(f"{host_path} became a symlink; strata-doctor never writes through one")
-    checkpoint("rename", host_path)
-    os.rename(temp, real)
-    checkpoint("fsync-dir", host_path)
-    _fsync_dir(real.parent)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        done = os.write(fd, view)
-        view = view[done:]
+        try:
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            info = None
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            _unlink_at(parent, temp)
+            kind = "a symlink" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+            raise ApplyError(f"{shown} became {kind}; strata-doctor never writes through one")
+        checkpoint("rename", shown)
+        os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        checkpoint("fsync-dir", shown)
+        os.fsync(parent)
+    finally:
+        os.close(parent)
 
 
 def _host_temp(host_path: str) -> str:
@@ -258,7 +563,7 @@ def _host_temp(host_path: str) -> str:
     return f"{head}/.{name}{TEMP_SUFFIX}"
 
 
-def _run_actions(root: Root, plan: Plan, apply_dir: Path,
+def _run_actions(root: Root, tree: InRoot, plan: Plan, apply_fd: int,
                  journal: Dict[str, Any]) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
     if not plan.actions:
         return (), ()
@@ -268,11 +573,11 @@ def _run_actions(root: Root, plan: Plan, apply_dir: Path,
     taken: List[str] = []
     for action in plan.actions:
         entry = {"kind": action.kind, "target": action.target, "value": action.value,
-                 "previous": _runtime_value(root, action.kind, action.target)}
+                 "previous": _runtime_value(tree, action.kind, action.target)}
         journal["actions"].append(entry)
-        _write_journal(root, apply_dir, journal)  # the previous value is saved before the change
+        _write_journal(apply_fd, journal)  # the previous value is saved before the change
         checkpoint("action", action.target)
-        _take_action(root, action.kind, action.target, action.value)
+        _take_action(tree, action.kind, action.target, action.value)
         taken.append(action.described)
     return tuple(taken), ()
 
@@ -285,21 +590,28 @@ def _runtime_path(kind: str, target: str) -> Optional[str]:
     return None
 
 
-def _runtime_value(root: Root, kind: str, target: str) -> Optional[str]:
+def _runtime_value(tree: InRoot, kind: str, target: str) -> Optional[str]:
     path = _runtime_path(kind, target)
     if path is None:
         return None
     try:
-        return root.path(path).read_text().strip()
+        fd = tree.open(path, os.O_RDONLY)
     except OSError:
         return None
+    try:
+        return _read_fd(fd).decode("utf-8", "replace").strip()
+    finally:
+        os.close(fd)
 
 
-def _take_action(root: Root, kind: str, target: str, value: str) -> None:
+def _take_action(tree: InRoot, kind: str, target: str, value: str) -> None:
     path = _runtime_path(kind, target)
     if path is not None:
-        with open(root.path(path), "w", encoding="ascii") as handle:
-            handle.write(value + "\n")
+        fd = tree.open(path, os.O_WRONLY | os.O_TRUNC)
+        try:
+            _write_all(fd, (value + "\n").encode("ascii"))
+        finally:
+            os.close(fd)
         return
     argv = ["systemctl", "daemon-reload"] if kind == "daemon-reload" else ["systemctl", "restart", target]
     proc = subprocess.run(argv, capture_output=True, timeout=COMMAND_TIMEOUT, check=False,
@@ -310,78 +622,166 @@ def _take_action(root: Root, kind: str, target: str, value: str) -> None:
 
 
 # -- revert -------------------------------------------------------------------
-def revert_last(root: Root, force: bool = False) -> RevertReport:
-    """Undo the newest apply, finished or interrupted, from the state directory."""
+def interrupted(root: Root) -> bool:
+    """Whether the newest apply recorded under the root did not finish (or is being undone)."""
+    try:
+        with InRoot(root.base) as tree:
+            state = tree.open_dir(STATE_DIR)
+    except OSError:
+        return False
+    try:
+        return _unfinished(state) is not None
+    finally:
+        os.close(state)
+
+
+def _unfinished(state_fd: int) -> Optional[str]:
+    names = _apply_names_at(state_fd)
+    if not names:
+        return None
+    status = (_read_journal(state_fd, names[-1]) or {}).get("status")
+    if status == "applied":
+        return None
+    return REVERT_INTERRUPTED if status == "reverting" else INTERRUPTED
+
+
+def refuse_unfinished(lock: Lock) -> None:
+    """Under the lock: refuse to start over an apply or revert that did not finish."""
+    if lock.held:
+        why = _unfinished(lock.state_fd)
+        if why is not None:
+            raise ApplyError(why)
+
+
+def revert_last(root: Root, force: bool = False, lock: Optional[Lock] = None,
+                wait: bool = False) -> RevertReport:
+    """Undo the newest apply, finished or interrupted, from the state folder."""
     if root.live and os.geteuid() != 0:
         raise ApplyError("reverting on / needs root: run it with sudo")
-    if not root.path(STATE_DIR).is_dir():
+    if lock is None:
+        with Lock(root, wait=wait, create=False) as taken:
+            return _revert_held(root, taken, force)
+    return _revert_held(root, lock, force)
+
+
+def _revert_held(root: Root, lock: Lock, force: bool) -> RevertReport:
+    if not lock.held:
         return RevertReport((), (), (), (), False)
-    with _locked(root):
-        apply_dir = _last_apply_dir(root)
-        if apply_dir is None:
-            report = RevertReport((), (), (), (), False)
-        else:
-            report = _revert_dir(root, apply_dir, force)
-    _drop_state_if_empty(root)
+    try:
+        names = _apply_names(lock)
+        report = _revert_named(root, lock, names[-1], force) if names else RevertReport((), (), (), (), False)
+        drop_state_if_empty(lock)
+    except OSError as exc:
+        raise ApplyError(f"revert stopped: {_describe(exc)}; fix that and run "
+                         "`strata-doctor fix --revert` again") from None
     return report
 
 
-def _revert_dir(root: Root, apply_dir: Path, force: bool) -> RevertReport:
-    journal = _read_journal(apply_dir)
-    if journal is None:  # stopped before the journal: nothing had been changed yet
-        _remove_tree(apply_dir)
-        return RevertReport((), (), (), (), True)
-    restored: List[str] = []
-    removed: List[str] = []
-    kept: List[str] = []
-    for entry in reversed(journal["files"]):
-        _unlink_quietly(root.path(entry["temp"]))
-        outcome = _revert_file(root, apply_dir, entry, force)
-        {"restored": restored, "removed": removed, "kept": kept}.get(outcome[0], []).append(outcome[1])
-    for directory in reversed(journal["dirs"]):
-        _rmdir_quietly(root.path(directory))
-    actions = _revert_actions(root, journal)
-    if kept:
-        raise ApplyError("changed since the apply, left as they are (--force restores them anyway): "
-                         + "; ".join(kept))
-    _remove_tree(apply_dir)
-    return RevertReport(tuple(restored), tuple(removed), (), actions, journal.get("status") != "applied")
+def _revert_named(root: Root, lock: Lock, name: str, force: bool) -> RevertReport:
+    assert lock.tree is not None
+    tree = lock.tree
+    applies = _open_applies(lock)
+    try:
+        journal = _read_journal(lock.state_fd, name)
+        if journal is None:  # stopped before the journal: nothing had been changed yet
+            checkpoint("revert-forget", name)
+            _remove_at(applies, name)
+            os.fsync(applies)
+            return RevertReport((), (), (), (), True)
+        apply_fd = os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=applies)
+        try:
+            was = journal.get("was", journal.get("status"))
+            if journal.get("status") != "reverting":
+                journal["was"], journal["status"] = was, "reverting"
+                _write_journal(apply_fd, journal)  # a new apply refuses until the revert ends
+            restored: List[str] = []
+            removed: List[str] = []
+            kept: List[str] = []
+            for entry in reversed(journal["files"]):
+                outcome = _revert_file(root, tree, apply_fd, entry, force)
+                lists = {"restored": restored, "removed": removed, "kept": kept}
+                lists.get(outcome[0], []).append(outcome[1])
+            for directory in reversed(journal["dirs"]):
+                _rmdir_in(tree, directory)
+            actions = _revert_actions(root, tree, journal)
+        finally:
+            os.close(apply_fd)
+        if kept:
+            raise ApplyError("changed since the apply, left as they are (--force restores them anyway): "
+                             + "; ".join(kept))
+        checkpoint("revert-forget", name)
+        _remove_at(applies, name)
+        os.fsync(applies)
+    finally:
+        os.close(applies)
+    return RevertReport(tuple(restored), tuple(removed), (), actions, was != "applied")
 
 
-def _revert_file(root: Root, apply_dir: Path, entry: Dict[str, Any], force: bool) -> Tuple[str, str]:
+def _revert_file(root: Root, tree: InRoot, apply_fd: int, entry: Dict[str, Any],
+                 force: bool) -> Tuple[str, str]:
     path = entry["path"]
-    real = root.path(path)
-    if os.path.islink(real):
-        return "kept", f"{path} (now a symlink)"
-    current = read_no_follow(str(real))
-    ours = current is not None and hashlib.sha256(current).hexdigest() == entry["new_sha256"]
-    if not entry["existed"]:
-        if current is None:
-            return "", path
-        if not (ours or force):
+    real = entry.get("real", path)
+    folder, name = _split(real)
+    try:
+        parent = tree.open_dir(folder)
+    except FileNotFoundError:
+        return ("kept", f"{path} (its folder is gone)") if entry["existed"] else ("", path)
+    try:
+        _unlink_at(parent, _split(entry["temp"])[1])
+        try:
+            info: Optional[os.stat_result] = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            info = None
+        if info is not None and stat.S_ISLNK(info.st_mode) and not force:
+            return "kept", f"{path} (now a symlink)"
+        if info is not None and not stat.S_ISLNK(info.st_mode) and not stat.S_ISREG(info.st_mode):
+            return "kept", f"{path} (now not a regular file)"
+        current = _read_at(parent, name) if info is not None and stat.S_ISREG(info.st_mode) else None
+        ours = current is not None and hashlib.sha256(current).hexdigest() == entry["new_sha256"]
+        if not entry["existed"]:
+            if info is None:
+                return "", path
+            if not (ours or force):
+                return "kept", path
+            checkpoint("revert-remove", path)
+            os.unlink(name, dir_fd=parent)
+            os.fsync(parent)
+            return "removed", path
+        original = _read_at(apply_fd, entry["original"])
+        if original is None:
+            raise ApplyError(f"the saved original of {path} is missing from the journal's folder")
+        if info is not None and stat.S_ISREG(info.st_mode) and current == original \
+                and stat.S_IMODE(info.st_mode) == entry["mode"] \
+                and (info.st_uid, info.st_gid) == (entry["uid"], entry["gid"]):
+            return "", path  # the apply never reached this file
+        if info is not None and current != original and not (ours or force):
             return "kept", path
-        checkpoint("revert-remove", path)
-        os.unlink(real)
-        _fsync_dir(real.parent)
-        return "removed", path
-    original = (apply_dir / entry["original"]).read_bytes()
-    mode = os.lstat(real).st_mode if current is not None else None
-    owner_ok = current is None or _owner_matches(real, entry)
-    if current == original and mode is not None and stat.S_IMODE(mode) == entry["mode"] and owner_ok:
-        return "", path  # the apply never reached this file
-    if current is not None and current != original and not (ours or force):
-        return "kept", path
+    finally:
+        os.close(parent)
     owner = (entry["uid"], entry["gid"]) if privileged(root) else None
-    atomic_write(root, path, original, entry["mode"], owner)
+    _atomic_write(tree, real, original, entry["mode"], owner, path)
     return "restored", path
 
 
-def _owner_matches(real: Path, entry: Dict[str, Any]) -> bool:
-    info = os.lstat(real)
-    return (info.st_uid, info.st_gid) == (entry["uid"], entry["gid"])
+def _rmdir_in(tree: InRoot, directory: str) -> None:
+    """Remove a folder the apply created, when it is there and empty."""
+    folder, name = _split(directory)
+    try:
+        parent = tree.open_dir(folder)
+    except FileNotFoundError:
+        return
+    try:
+        checkpoint("revert-rmdir", directory)
+        os.rmdir(name, dir_fd=parent)
+        os.fsync(parent)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+            raise
+    finally:
+        os.close(parent)
 
 
-def _revert_actions(root: Root, journal: Dict[str, Any]) -> Tuple[str, ...]:
+def _revert_actions(root: Root, tree: InRoot, journal: Dict[str, Any]) -> Tuple[str, ...]:
     if not privileged(root):
         return ()
     steps: List[Tuple[str, str, str]] = [
@@ -394,7 +794,7 @@ def _revert_actions(root: Root, journal: Dict[str, Any]) -> Tuple[str, ...]:
     for kind, target, value in steps:
         label = "systemctl daemon-reload" if kind == "daemon-reload" else f"{target} = {value}"
         try:
-            _take_action(root, kind, target, value)
+            _take_action(tree, kind, target, value)
         except (OSError, ApplyError, subprocess.SubprocessError) as exc:
             # The files are already back; a runtime step that fails is reported, not fatal.
             label += f" failed: {_describe(exc)}"
@@ -402,97 +802,109 @@ def _revert_actions(root: Root, journal: Dict[str, Any]) -> Tuple[str, ...]:
     return tuple(done)
 
 
-# -- state directory ------------------------------------------------------------
-class _locked:
-    """``flock`` on the state directory's lock file, so two applies cannot interleave."""
-
-    def __init__(self, root: Root) -> None:
-        self.root = root
-        self.fd: Optional[int] = None
-
-    def __enter__(self) -> None:
-        state = self.root.path(STATE_DIR)
-        try:
-            checkpoint("state-dir", STATE_DIR)
-            state.mkdir(parents=True, exist_ok=True)
-            os.chmod(state, 0o700)
-            self.fd = os.open(state / "lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        except OSError as exc:
-            _drop_state_if_empty(self.root)
-            raise ApplyError(f"cannot use the state directory {STATE_DIR}: {_describe(exc)}") from None
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self.fd)
-            self.fd = None
-            raise ApplyError("another `strata-doctor fix` is running on this host (lock held on "
-                             f"{STATE_DIR}/lock)") from None
-
-    def __exit__(self, *exc: object) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
+# -- the state folder -----------------------------------------------------------
+def _apply_names(lock: Lock) -> List[str]:
+    return _apply_names_at(lock.state_fd)
 
 
-def _applies(root: Root) -> Path:
-    return root.path(f"{STATE_DIR}/applies")
-
-
-def _apply_dirs(root: Root) -> List[Path]:
+def _apply_names_at(state_fd: int) -> List[str]:
     try:
-        names = sorted(n for n in os.listdir(_applies(root)) if n.isdigit())
+        fd = os.open("applies", os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=state_fd)
     except OSError:
         return []
-    return [_applies(root) / n for n in names]
-
-
-def _last_apply_dir(root: Root) -> Optional[Path]:
-    dirs = _apply_dirs(root)
-    return dirs[-1] if dirs else None
-
-
-def _new_apply_dir(root: Root) -> Path:
-    dirs = _apply_dirs(root)
-    number = int(dirs[-1].name) + 1 if dirs else 1
-    path = _applies(root) / f"{number:04d}"
-    path.mkdir(mode=0o700, parents=True)
-    return path
-
-
-def _host(apply_dir: Path) -> str:
-    return f"{STATE_DIR}/applies/{apply_dir.name}"
-
-
-def _read_journal(apply_dir: Path) -> Optional[Dict[str, Any]]:
     try:
-        data = json.loads((apply_dir / "journal.json").read_text(encoding="utf-8"))
+        return sorted(n for n in os.listdir(fd) if n.isdigit())
+    finally:
+        os.close(fd)
+
+
+def _open_applies(lock: Lock) -> int:
+    with contextlib.suppress(FileExistsError):
+        os.mkdir("applies", 0o700, dir_fd=lock.state_fd)
+    return os.open("applies", os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=lock.state_fd)
+
+
+def _new_apply_dir(lock: Lock) -> str:
+    names = _apply_names(lock)
+    name = f"{int(names[-1]) + 1:04d}" if names else "0001"
+    applies = _open_applies(lock)
+    try:
+        os.mkdir(name, 0o700, dir_fd=applies)
+        os.fsync(applies)
+    finally:
+        os.close(applies)
+    return name
+
+
+def _open_apply_dir(lock: Lock, name: str) -> int:
+    applies = _open_applies(lock)
+    try:
+        return os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=applies)
+    finally:
+        os.close(applies)
+
+
+def _read_journal(state_fd: int, name: str) -> Optional[Dict[str, Any]]:
+    try:
+        fd = os.open(f"applies/{name}/journal.json", os.O_RDONLY | _NOFOLLOW | _CLOEXEC, dir_fd=state_fd)
+    except OSError:
+        return None
+    try:
+        data = json.loads(_read_fd(fd).decode("utf-8"))
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
     return data if isinstance(data, dict) and data.get("schema") == JOURNAL_SCHEMA else None
 
 
-def _write_journal(root: Root, apply_dir: Path, journal: Dict[str, Any]) -> None:
+def _write_journal(apply_fd: int, journal: Dict[str, Any]) -> None:
     checkpoint("journal", f"{STATE_DIR}/journal")
     text = json.dumps(journal, indent=2, sort_keys=True) + "\n"
-    temp = apply_dir / "journal.json.tmp"
-    _write_durably(temp, text.encode(), 0o600)
-    os.rename(temp, apply_dir / "journal.json")
-    _fsync_dir(apply_dir)
+    _write_at(apply_fd, "journal.json.tmp", text.encode(), 0o600)
+    os.rename("journal.json.tmp", "journal.json", src_dir_fd=apply_fd, dst_dir_fd=apply_fd)
+    os.fsync(apply_fd)
 
 
-def _drop_state_if_empty(root: Root) -> None:
-    if _apply_dirs(root):
-        return
-    state = root.path(STATE_DIR)
-    _rmdir_quietly(_applies(root))
-    _unlink_quietly(state / "lock")
-    _rmdir_quietly(state)
-    # /var/lib and /var exist on every real host; in a bare tree the apply made them.
-    for parent in ("/var/lib", "/var"):
-        _rmdir_quietly(root.path(parent))
+# -- descriptor helpers -----------------------------------------------------------
+def _split(host_path: str) -> Tuple[str, str]:
+    parts = split(host_path)
+    if not parts:
+        raise OSError(errno.EISDIR, "the root itself", host_path)
+    return "/" + "/".join(parts[:-1]), parts[-1]
 
 
-def _write_durably(path: Path, data: bytes, mode: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), mode)
+def _lstat(tree: InRoot, real: str) -> os.stat_result:
+    folder, name = _split(real)
+    parent = tree.open_dir(folder)
+    try:
+        return os.stat(name, dir_fd=parent, follow_symlinks=False)
+    finally:
+        os.close(parent)
+
+
+def _read_at(dir_fd: int, name: str) -> Optional[bytes]:
+    try:
+        fd = os.open(name, os.O_RDONLY | _NOFOLLOW | _CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    try:
+        return _read_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd: int) -> bytes:
+    chunks: List[bytes] = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _write_at(dir_fd: int, name: str, data: bytes, mode: int) -> None:
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW | _CLOEXEC, mode, dir_fd=dir_fd)
     try:
         _write_all(fd, data)
         os.fsync(fd)
@@ -500,39 +912,32 @@ def _write_durably(path: Path, data: bytes, mode: int) -> None:
         os.close(fd)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        done = os.write(fd, view)
+        view = view[done:]
 
 
-def _unlink_quietly(path: Path) -> None:
+def _unlink_at(dir_fd: int, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+        os.unlink(name, dir_fd=dir_fd)
 
 
-def _rmdir_quietly(path: Path) -> None:
+def _remove_at(dir_fd: int, name: str) -> None:
+    """Remove ``name`` (a file, a link or a whole folder) below ``dir_fd``, following no link."""
     try:
-        os.rmdir(path)
-    except OSError as exc:
-        if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
-            raise
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        fd = os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=dir_fd)
+        try:
+            for child in os.listdir(fd):
+                _remove_at(fd, child)
+        finally:
+            os.close(fd)
+        os.rmdir(name, dir_fd=dir_fd)
+    else:
+        os.unlink(name, dir_fd=dir_fd)
 
-
-def _remove_tree(path: Path) -> None:
-    for child in _walk_bottom_up(path):
-        if child.is_dir() and not child.is_symlink():
-            child.rmdir()
-        else:
-            child.unlink()
-    path.rmdir()
-    _fsync_dir(path.parent)
-
-
-def _walk_bottom_up(path: Path) -> Iterator[Path]:
-    for child in sorted(path.iterdir()):
-        if child.is_dir() and not child.is_symlink():
-            yield from _walk_bottom_up(child)
-        yield child

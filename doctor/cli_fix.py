@@ -2,8 +2,11 @@
 
 Exit codes: 0 the plan was shown, or applied and the host is ready; 1 applied, and the
 re-run check still finds an error; 2 usage error, a plan that cannot be applied, a
-missing privilege, or an apply that failed (its changes are rolled back, or revertible);
-3 a check crashed.
+missing privilege, another ``fix`` holding the lock (without ``--wait``), or an apply or
+revert that failed (its changes are rolled back, or revertible); 3 a check crashed.
+
+``--apply`` takes the lock before the checks run and holds it until the apply ends, so the
+plan it carries out is the one made from the tree as it is under the lock.
 """
 
 from __future__ import annotations
@@ -39,11 +42,13 @@ def _numa_choice(value: Optional[str]) -> Optional[str]:
 @click.option("--preflight", is_flag=True, help="Run `strata-doctor check` before every engine start.")
 @click.option("--restart", is_flag=True, help="Restart the engine unit after applying (live host only).")
 @click.option("--force", is_flag=True, help="Overwrite files strata-doctor did not write.")
+@click.option("--wait", is_flag=True,
+              help="When another `fix --apply/--revert` holds the lock, wait for it instead of exiting 2.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask; never asked without a terminal anyway.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple[str, ...],
                 numa: Optional[str], reserve_node: bool, preflight: bool, restart: bool, force: bool,
-                yes: bool, fmt: str, **kwargs: Any) -> None:
+                wait: bool, yes: bool, fmt: str, **kwargs: Any) -> None:
     """Show how to fix what `check` finds; --apply fixes it, --revert undoes it."""
     options = host_from_kwargs(kwargs)
     numa = _numa_choice(numa)
@@ -53,23 +58,43 @@ def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple
         raise UsageFailure("--bundle replays a report: there is no host tree to change; use --root DIR")
     if revert:
         _require_privilege(options.root, True)
-        sys.exit(_revert(options.root, force, fmt))
-    from strata_doctor.apply import ApplyError, apply_plan
+        sys.exit(_revert(options.root, force, fmt, wait))
     from strata_doctor.plan import PlanOptions, build_plan, plan_data, plan_text
 
     _require_privilege(options.root, do_apply)
-    root, ctx = open_host(options)
-    if numa is not None:
-        ctx = _with_numa(ctx, numa)
-    before = run_selected(ctx, (), ())
-    plan = build_plan(ctx, before, PlanOptions(only, skip, reserve_node, preflight, restart, force))
     if not do_apply:
+        root, ctx = open_host(options)
+        if numa is not None:
+            ctx = _with_numa(ctx, numa)
+        before = run_selected(ctx, (), ())
+        plan = build_plan(ctx, before, PlanOptions(only, skip, reserve_node, preflight, restart, force))
         _emit(fmt, plan_text(plan), {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False})
         sys.exit(0)
-    from strata_doctor.apply import INTERRUPTED, interrupted
+    from strata_doctor.apply import ApplyError, Lock, refuse_unfinished
+    from strata_doctor.root import Root
 
-    if interrupted(root):
-        raise UsageFailure(INTERRUPTED)
+    try:
+        with Lock(Root(options.root), wait=wait) as lock:  # before planning: see the module doc
+            refuse_unfinished(lock)
+            root, ctx = open_host(options)
+            if numa is not None:
+                ctx = _with_numa(ctx, numa)
+            before = run_selected(ctx, (), ())
+            plan = build_plan(ctx, before, PlanOptions(only, skip, reserve_node, preflight, restart, force))
+            code = _apply_locked(root, ctx, before, plan, lock, options, fmt, yes)
+    except ApplyError as exc:
+        raise UsageFailure(str(exc)) from None
+    sys.exit(code)
+
+
+def _apply_locked(root: Any, ctx: Any, before: Sequence[CheckResult], plan: Any, lock: Any,
+                  options: Any, fmt: str, yes: bool) -> int:
+    """Show and carry out a plan made under ``lock``; the exit code."""
+    from strata_doctor.apply import ApplyError, apply_plan, drop_state_quietly
+    from strata_doctor.plan import plan_data, plan_text
+
+    if plan.problems or plan.empty:
+        drop_state_quietly(lock)  # the lock's folder goes again when nothing is recorded
     if plan.problems:
         _emit(fmt, plan_text(plan), {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False},
               err=True)
@@ -77,17 +102,18 @@ def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple
     if plan.empty:
         _emit(fmt, "Nothing to change: every fix is already in place; nothing written.\n",
               {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False})
-        sys.exit(0)
+        return 0
     if fmt == "text":
         click.echo(plan_text(plan))
     if not yes and _interactive() and not click.confirm("Apply these changes?", default=False):
+        drop_state_quietly(lock)
         click.echo("Nothing applied.")
-        sys.exit(0)
+        return 0
     try:
-        report = apply_plan(root, plan)
+        report = apply_plan(root, plan, lock)
     except ApplyError as exc:
         raise UsageFailure(str(exc)) from None
-    sys.exit(_after(options, ctx, before, report, plan, fmt))
+    return _after(options, ctx, before, report, plan, fmt)
 
 
 def _require_privilege(root_path: str, changes: bool) -> None:
@@ -193,13 +219,13 @@ def _state(result: CheckResult) -> str:
     return f"{worst.severity.label} {worst.id}" if worst is not None else "ok"
 
 
-def _revert(root_path: str, force: bool, fmt: str) -> int:
+def _revert(root_path: str, force: bool, fmt: str, wait: bool) -> int:
     from strata_doctor.apply import ApplyError, revert_last
     from strata_doctor.root import Root
 
     root = Root(root_path)
     try:
-        report = revert_last(root, force)
+        report = revert_last(root, force, wait=wait)
     except ApplyError as exc:
         raise UsageFailure(str(exc)) from None
     if fmt == "json":

@@ -11,13 +11,23 @@ Capture layout for what is not a file (documented in docs/capture-layout.md)::
     DIR/.strata-doctor/commands/<key>.err   stderr, when there was any
 
 A command whose ``.txt`` is absent under a captured root was not found on that host.
+
+Under a captured root every path is resolved inside the root (docs/fix.md#safety): an
+absolute link target is taken relative to the root and ``..`` never climbs above it, so
+a capture's ``sys -> /sys`` reads the capture, never this machine's ``/sys``. The common
+case stays cheap: a folder is checked once (its real path, from ``/proc/self/fd``, must
+lie inside the root) and a file in it is opened with ``O_NOFOLLOW``; only a path that
+would leave the root, or ends in a link, goes through :mod:`strata_doctor.inroot`.
 """
 
 import errno
 import os
 import threading
 from pathlib import Path
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from strata_doctor.inroot import InRoot
 
 CAPTURE_DIR = ".strata-doctor"
 COMMANDS_DIR = f"{CAPTURE_DIR}/commands"
@@ -95,12 +105,86 @@ class Root:
         self._stat_capture: Optional[Dict[str, FileStat]] = None
         self.probes: Dict[str, bool] = {}
         """Host path -> whether it existed, for paths only tested, never read."""
+        self._real = "" if self.live else os.path.realpath(self.base)
+        self._inside: Dict[str, bool] = {}
+        self._resolver: Optional[InRoot] = None
 
     # -- files ---------------------------------------------------------------
     def path(self, host_path: str) -> Path:
-        """The real path of a host path under this root."""
+        """The real path of a host path under this root, its folders resolved inside the
+        root; the last component is left as it is (it may be a link: see :meth:`resolved`)."""
         rel = host_path.lstrip("/")
+        if self.live or not rel:
+            return self.base / rel if rel else self.base
+        folder, _, name = rel.rpartition("/")
+        if _plain(folder, name) and self._folder_inside(folder):
+            return self.base / rel
+        return self._strict_path(host_path, False)
+
+    def resolved(self, host_path: str) -> Path:
+        """Like :meth:`path`, with a link in the last component followed inside the root."""
+        found = self.path(host_path)
+        if self.live or not os.path.islink(found):
+            return found
+        return self._strict_path(host_path, True)
+
+    def _strict_path(self, host_path: str, follow_last: bool) -> Path:
+        try:
+            rel = self._in_root().resolve(host_path, follow_last).lstrip("/")
+        except OSError:  # a loop, or a file where a folder should be: nothing to find there
+            return self.base / CAPTURE_DIR / "unresolvable" / host_path.lstrip("/")
         return self.base / rel if rel else self.base
+
+    def _in_root(self) -> "InRoot":
+        if self._resolver is None:
+            from strata_doctor.inroot import InRoot
+
+            self._resolver = InRoot(self.base)
+        return self._resolver
+
+    def _folder_inside(self, folder: str) -> bool:
+        """Whether the folder ``folder`` (relative, as written) resolves inside the root the
+        ordinary way; only a True answer is kept."""
+        if self._inside.get(folder):
+            return True
+        try:
+            fd = os.open(self._prefix + folder if folder else str(self.base), _DIR_FLAGS)
+        except FileNotFoundError:
+            # Missing both ways when its own folder resolves inside and it has no entry at
+            # all (a dangling link has one); then the path as written is the answer.
+            parent = folder.rpartition("/")[0]
+            if not folder or not self._folder_inside(parent):
+                return False
+            try:
+                os.lstat(self._prefix + folder)
+            except FileNotFoundError:
+                self._inside[folder] = True
+            return self._inside.get(folder, False)
+        except OSError:
+            return False
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        inside = real == self._real or real.startswith(self._real.rstrip("/") + "/")
+        if inside:
+            self._inside[folder] = True
+        return inside
+
+    def _open(self, host_path: str, rel: str) -> int:
+        """A read-only descriptor of a host file, resolved inside the root."""
+        if self.live:
+            return os.open(self._prefix + rel if rel else str(self.base), _OPEN_FLAGS)
+        folder, _, name = rel.rpartition("/")
+        if _plain(folder, name) and self._folder_inside(folder):
+            try:
+                return os.open(self._prefix + rel, _OPEN_FLAGS | _NOFOLLOW)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:  # ELOOP: the file is a link; follow it inside the root
+                    raise
+        return self._in_root().open(host_path, os.O_RDONLY)
 
     def read_bytes(self, host_path: str) -> Optional[bytes]:
         """Read a whole file in one call; None when it is missing or unreadable."""
@@ -108,8 +192,7 @@ class Root:
             return self._cache[host_path]
         data: Optional[bytes]
         try:
-            rel = host_path.lstrip("/")
-            data = _read_all(self._prefix + rel if rel else str(self.base))
+            data = _read_all(self._open(host_path, host_path.lstrip("/")))
             reason = None
         except FileNotFoundError:
             data, reason = None, "missing"
@@ -146,7 +229,7 @@ class Root:
 
     def is_dir(self, host_path: str) -> bool:
         """Whether a host path is a directory."""
-        found = self.path(host_path).is_dir()
+        found = os.path.isdir(self.resolved(host_path))
         self.probes.setdefault(host_path, found)
         return found
 
@@ -157,7 +240,7 @@ class Root:
     def listdir(self, host_path: str) -> List[str]:
         """Sorted entries of a host directory; empty when missing or unreadable."""
         try:
-            names = sorted(os.listdir(self.path(host_path)))
+            names = sorted(os.listdir(self.resolved(host_path)))
         except OSError as exc:
             self.reads.setdefault(host_path + "/", exc.strerror or "unreadable")
             return []
@@ -208,7 +291,7 @@ class Root:
             import json
 
             self._stat_capture = {}
-            text = _read_optional(self.path(f"/{STAT_FILE}"))
+            text = _read_optional(self.resolved(f"/{STAT_FILE}"))
             try:
                 rows = json.loads(text) if text else {}
             except ValueError:
@@ -264,13 +347,13 @@ class Root:
 
     def _replay(self, command: Command) -> CommandResult:
         # Keys contain dots (strata.service): append suffixes, never replace them.
-        base = str(self.path(f"/{COMMANDS_DIR}/{command.key}"))
-        out = _read_optional(Path(base + ".txt"))
+        base = f"/{COMMANDS_DIR}/{command.key}"
+        out = _read_optional(self.resolved(base + ".txt"))
         if out is None:
             return CommandResult(command.key, command.argv, None, "", missing=True)
-        rc_text = _read_optional(Path(base + ".rc"))
+        rc_text = _read_optional(self.resolved(base + ".rc"))
         status = int(rc_text.strip()) if rc_text and rc_text.strip().lstrip("-").isdigit() else 0
-        err = _read_optional(Path(base + ".err")) or ""
+        err = _read_optional(self.resolved(base + ".err")) or ""
         return CommandResult(command.key, command.argv, status, out, err)
 
     def _execute(self, command: Command) -> CommandResult:
@@ -303,12 +386,18 @@ class Root:
 
 
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def _read_all(path: str) -> bytes:
-    """A whole file through one descriptor, without a buffered file object: sysfs reports
-    4096 for every attribute, so read until EOF, never st_size."""
-    fd = os.open(path, _OPEN_FLAGS)
+def _plain(folder: str, name: str) -> bool:
+    """Whether a relative path has no ``.`` or ``..`` component (those take the slow road)."""
+    return name not in ("", ".", "..") and "/." not in f"/{folder}".replace("/.strata-doctor", "")
+
+
+def _read_all(fd: int) -> bytes:
+    """A whole file through one descriptor (closed here), without a buffered file object:
+    sysfs reports 4096 for every attribute, so read until EOF, never st_size."""
     try:
         first = os.read(fd, 65536)
         if not first:
