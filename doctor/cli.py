@@ -24,6 +24,7 @@ LAZY_COMMANDS: Dict[str, str] = {
     "fix": "strata_doctor.cli_fix:fix_command",
     "report": "strata_doctor.cli_report:report_command",
     "numa-plan": "strata_doctor.cli_numa_plan:numa_plan_command",
+    "probe": "strata_doctor.cli_probe:probe_command",
 }
 
 
@@ -55,6 +56,8 @@ def run() -> None:
     for name in ("stdout", "stderr"):
         if getattr(sys, name) is None:  # started with it closed: its output goes nowhere
             setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - kept open to the end
+    for stream in (sys.stdout, sys.stderr):
+        _fit_encoding(stream)
     command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
     read_only = command in READ_ONLY_COMMANDS
     if read_only:
@@ -68,9 +71,55 @@ def run() -> None:
         main(prog_name="strata-doctor")  # standalone mode: it always ends in SystemExit
     except SystemExit as leaving:
         code = leaving.code
+    if _pipe_closed():
+        _end_on_closed_pipe()
     if read_only and isinstance(code, int) and _alone():
         _leave_now(code)
     sys.exit(code)
+
+
+def _fit_encoding(stream: Any) -> None:
+    """ASCII marks on a stream that cannot encode the symbols (PYTHONIOENCODING=latin-1)."""
+    try:
+        "✓✗→—".encode(getattr(stream, "encoding", None) or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        from strata_doctor.render import fit_stream
+
+        fit_stream(stream)
+
+
+def _pipe_closed() -> bool:
+    """Standard output (or error) was a pipe whose reader went away: click caught EPIPE and
+    wrapped the streams, or the output still buffered cannot be written."""
+    from click.utils import PacifyFlushWrapper
+
+    if isinstance(sys.stdout, PacifyFlushWrapper) or isinstance(sys.stderr, PacifyFlushWrapper):
+        return True
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            return True
+        except (OSError, ValueError):  # a full disk or a closed file: the ordinary exit reports it
+            pass
+    return False
+
+
+def _end_on_closed_pipe() -> None:
+    """End as a program whose output pipe closed does (docs/exit-codes.md): 0 for --help and
+    --version, else killed by SIGPIPE (status 141 in a shell), never a verdict's 0, 1 or 2."""
+    import atexit
+    import contextlib
+    import signal
+
+    atexit._run_exitfuncs()  # e.g. removing a replayed bundle's temporary tree
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+    if any(arg in ("-h", "--help", "--version") for arg in sys.argv[1:]):
+        os._exit(0)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    os._exit(128 + signal.SIGPIPE)  # pragma: no cover - the signal ends the process first
 
 
 def _alone() -> bool:
@@ -172,11 +221,17 @@ def open_host(options: HostOptions) -> Tuple[Any, Any]:
 
 
 def _unpack_bundle(path: str) -> str:
+    import tarfile
+    import zlib
+
     from strata_doctor.bundle import unpack  # tarfile and gzip only when replaying a bundle
 
     try:
         return str(unpack(path))
-    except (OSError, ValueError) as exc:
+    except EOFError:  # click would print "Aborted!" for it (docs/report.md: one line, exit 2)
+        raise UsageFailure(f"{path}: not a strata-doctor bundle: it is cut short "
+                           "(the compressed data ends early)") from None
+    except (OSError, ValueError, zlib.error, tarfile.TarError) as exc:
         raise UsageFailure(f"{path}: not a strata-doctor bundle: {exc}") from None
 
 

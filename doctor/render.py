@@ -5,7 +5,7 @@ JSON goes to stdout alone; its schema is ``strata-doctor/check/v1`` (docs/json-s
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from strata_doctor import __version__
 from strata_doctor.context import HostContext, place_gpu
@@ -16,6 +16,45 @@ SCHEMA = "strata-doctor/check/v1"
 EXIT_READY, EXIT_FINDINGS, EXIT_USAGE, EXIT_CRASH = 0, 1, 2, 3
 MARKS = {Severity.OK: "✓", Severity.INFO: "i", Severity.WARNING: "!", Severity.ERROR: "✗"}
 COLORS = {Severity.OK: "green", Severity.INFO: "blue", Severity.WARNING: "yellow", Severity.ERROR: "red"}
+# What a stream whose encoding lacks a symbol gets instead (PYTHONIOENCODING=latin-1, a C
+# locale): the marks and the arrows of the text and the report; anything else becomes '?'.
+ASCII = {
+    "✓": "+", "✗": "x", "→": "->", "←": "<-", "—": "--", "–": "-", "≥": ">=", "≤": "<=",
+    "≈": "~", "×": "x", "…": "...", "·": "*", "•": "*", "‘": "'", "’": "'", "“": '"', "”": '"',
+}
+ASCII_ERRORS = "strata-doctor-ascii"
+
+
+def ascii_marks(error: UnicodeError) -> Tuple[str, int]:
+    """A codecs error handler: the ASCII stand-in of each character the stream cannot encode."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    text = error.object[error.start:error.end]
+    return "".join(ASCII.get(char, "?") for char in text), error.end
+
+
+def fit_stream(stream: Any) -> bool:
+    """Make a text stream write :data:`ASCII` stand-ins for the symbols its encoding lacks,
+    instead of raising UnicodeEncodeError. True when it had to."""
+    import codecs
+
+    encoding = getattr(stream, "encoding", None) or "ascii"
+    try:
+        "".join(ASCII).encode(encoding)
+        return False
+    except UnicodeEncodeError:
+        pass
+    except LookupError:  # an encoding Python does not know: leave the stream alone
+        return False
+    try:
+        codecs.lookup_error(ASCII_ERRORS)
+    except LookupError:
+        codecs.register_error(ASCII_ERRORS, ascii_marks)
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is None:
+        return False
+    reconfigure(errors=ASCII_ERRORS)
+    return True
 
 
 def exit_code(results: Sequence[CheckResult], fail_on: Severity) -> int:
