@@ -1,0 +1,114 @@
+"""``strata-doctor probe``: measure this host's NUMA bandwidth and latency matrix.
+
+Live host only: a captured tree (``--root``) or a bundle has no memory to measure.
+``--save`` keeps the JSON in ``/var/lib/strata-doctor/probe.json``, where ``check``
+finds it (docs/probe.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional, Tuple
+
+import click
+
+from strata_doctor.cli import UsageFailure
+
+SAVE_ROOT = "/"
+"""The root ``--save`` writes under: the live host (tests point it at a temporary tree)."""
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    from strata_doctor.parse import parse_size
+
+    try:
+        return int(parse_size(value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+@click.command("probe")
+@click.option("--root", metavar="DIR", help="Refused: the probe measures the live host only.")
+@click.option("--bundle", metavar="FILE", help="Refused: the probe measures the live host only.")
+@click.option("--seconds", type=float, default=10.0, show_default=True,
+              help="Measuring time of the whole run (buffers are set up on top of it).")
+@click.option("--size", default="1GiB", show_default=True, callback=_size, metavar="SIZE",
+              help="Largest buffer at any time; one per cell, freed before the next.")
+@click.option("--threads", type=int, metavar="N",
+              help="Reading threads per CPU node (default: all its CPUs).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--save", is_flag=True, help="Also write the JSON to /var/lib/strata-doctor/probe.json.")
+@click.option("--gpu", metavar="ADDRESS", help="Compute GPU for the copy bandwidth (default: CUDA device 0).")
+@click.option("--no-gpu", is_flag=True, help="Skip the GPU copy bandwidth.")
+def probe_command(root: Optional[str], bundle: Optional[str], seconds: float, size: int,
+                  threads: Optional[int], fmt: str, save: bool, gpu: Optional[str], no_gpu: bool) -> None:
+    """Measure read bandwidth and idle latency between every CPU node and memory node."""
+    if bundle or (root and os.path.realpath(root) != "/"):
+        which = "--bundle" if bundle else "--root"
+        raise UsageFailure(f"probe measures the live host only; {which} replays a captured one")
+    from strata_doctor import probe, probe_data, probe_gpu
+    from strata_doctor.probe_sys import System, Unsupported
+
+    try:
+        system = System()
+        plan = probe.make_plan(system, size, seconds, threads)
+    except (probe.ProbeRefused, Unsupported) as exc:
+        raise UsageFailure(str(exc)) from None
+    progress = _progress_line() if sys.stderr.isatty() else None
+    copies: Tuple[Any, ...]
+    runner = probe.Probe(system, plan, progress)
+    try:
+        result = runner.run()
+        if no_gpu:
+            status, reason, copies = "skipped", "--no-gpu", ()
+        else:
+            if progress:
+                progress("GPU copy bandwidth")
+            status, reason, copies = probe_gpu.measure(system, plan.cpu_nodes, gpu, min(2.0, seconds / 4))
+    except KeyboardInterrupt:
+        _clear(progress)
+        click.echo("strata-doctor: probe interrupted; every buffer it took is freed", err=True)
+        sys.exit(130)
+    except (probe.ProbeRefused, Unsupported, OSError) as exc:
+        _clear(progress)
+        raise UsageFailure(f"probe failed: {exc}") from None
+    _clear(progress)
+    result = result._replace(gpu_status=status, gpu_reason=reason, gpu=copies)
+    text = probe_data.to_json(result)
+    if save:
+        path = save_result(Path(SAVE_ROOT), text)
+        click.echo(f"saved {path}", err=True)
+    click.echo(text if fmt == "json" else probe_data.to_text(result), nl=False)
+
+
+def save_result(root: Path, text: str) -> str:
+    """Write the JSON atomically to ``/var/lib/strata-doctor/probe.json`` under ``root``."""
+    from strata_doctor.apply import ApplyError, atomic_write
+    from strata_doctor.probe_data import SAVED_PATH
+    from strata_doctor.root import Root
+
+    host = Root(root)
+    directory = host.path(os.path.dirname(SAVED_PATH))
+    try:
+        os.makedirs(directory, 0o755, exist_ok=True)
+        atomic_write(host, SAVED_PATH, text.encode(), 0o644)
+    except OSError as exc:
+        raise UsageFailure(f"cannot save {host.path(SAVED_PATH)}: {exc.strerror or exc}") from None
+    except ApplyError as exc:  # a symlink in its place: never written through
+        raise UsageFailure(f"cannot save {host.path(SAVED_PATH)}: {exc}") from None
+    return str(host.path(SAVED_PATH))
+
+
+def _progress_line() -> Any:
+    def show(text: str) -> None:
+        sys.stderr.write(f"\r\x1b[Kprobe: {text}")
+        sys.stderr.flush()
+    return show
+
+
+def _clear(progress: Any) -> None:
+    if progress:
+        sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()

@@ -1,0 +1,383 @@
+"""``strata-doctor probe``: measure the NUMA read-bandwidth and latency matrix.
+
+For every pair of a CPU node (a node with CPUs this process may use) and a memory node
+(every node with memory, CPU-less ones included):
+
+* **read bandwidth**: a buffer is mapped, bound to the memory node with
+  ``mbind(MPOL_BIND)``, and split among threads pinned one per CPU of the CPU node (or
+  ``--threads N``). Each thread first writes its share (the first touch, from the CPU
+  node), then calls glibc's ``memchr`` over it for a byte that is not there, again and
+  again until its time is up. ctypes releases the GIL around each call, so the threads
+  read at memory speed in parallel; bytes read / wall time is the figure.
+* **idle latency**: one pinned thread follows a chain of pointers through a buffer bound
+  the same way, at least 4x the last-level cache when ``--size`` allows. The chain is a
+  degenerate binary search tree and the C library's ``tfind`` walks it, comparing with
+  ``strcmp``: one dependent load per step and no Python per load (docs/probe.md).
+* **placement**: after measuring, ``move_pages(nodes=NULL)`` reports every page's node;
+  the cell's ``placed_fraction`` is the share on the memory node.
+
+Everything runs through :class:`~strata_doctor.probe_sys.System`, which tests replace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import random
+import sys
+import threading
+from array import array
+from datetime import datetime, timezone
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from strata_doctor.parse import format_bytes
+from strata_doctor.probe_data import Cell, ProbeResult
+from strata_doctor.probe_sys import NODE_DIR, NodeInfo, System, Unsupported
+
+MiB = 1 << 20
+DEFAULT_SIZE = 1 << 30
+DEFAULT_SECONDS = 10.0
+MIN_SIZE = 4 * MiB
+BLOCK = 64 * 1024
+"""The chain visits one line per 64 KiB block per round (see :func:`build_chain`)."""
+LINE = 64
+PIECE = 8 * MiB
+"""One ``memchr`` call reads at most this much, so a stop is seen within milliseconds."""
+LATENCY_FALLBACK = 256 * MiB
+"""The chase buffer when the kernel does not say how large the caches are."""
+HEADROOM = 64 * MiB
+"""Free memory a node keeps beyond the probe's buffer."""
+
+Progress = Callable[[str], None]
+
+
+class ProbeRefused(Exception):
+    """The probe will not run as asked; the message is one line for the user."""
+
+
+class Plan(NamedTuple):
+    """What a run will measure, decided before any memory is taken."""
+
+    cpu_nodes: Tuple[NodeInfo, ...]
+    """The rows."""
+    mem_nodes: Tuple[NodeInfo, ...]
+    """The columns."""
+    size_bytes: int
+    """The bandwidth buffer of a cell."""
+    latency_bytes: int
+    """The chase buffer of a cell."""
+    llc_bytes: Optional[int]
+    """The largest cache, when known."""
+    seconds: float
+    """Measuring time of the whole run."""
+    threads: Optional[int]
+    """``--threads``; None: every CPU of the CPU node."""
+    notes: Tuple[str, ...]
+    """Conditions the result must carry."""
+
+    @property
+    def cells(self) -> int:
+        """How many pairs are measured."""
+        return len(self.cpu_nodes) * len(self.mem_nodes)
+
+
+def make_plan(system: System, size: int = DEFAULT_SIZE, seconds: float = DEFAULT_SECONDS,
+              threads: Optional[int] = None) -> Plan:
+    """Decide the buffers and the time per cell; refuse what cannot run safely."""
+    if size < MIN_SIZE:
+        raise ProbeRefused(f"--size {format_bytes(size)} is too small (at least {format_bytes(MIN_SIZE)})")
+    if not seconds > 0:
+        raise ProbeRefused(f"--seconds {seconds} must be positive")
+    if threads is not None and threads < 1:
+        raise ProbeRefused(f"--threads {threads} must be at least 1")
+    nodes = system.nodes()
+    cpu_nodes = tuple(n for n in nodes if n.cpus)
+    mem_nodes = tuple(n for n in nodes if n.mem_total > 0)
+    if not cpu_nodes or not mem_nodes:
+        raise ProbeRefused(f"no NUMA node with CPUs this process may use, or none with memory "
+                           f"(read from {NODE_DIR})")
+    llc = system.llc_bytes()
+    want = 4 * llc if llc else LATENCY_FALLBACK
+    latency = max(BLOCK * 16, min(_round_up(want, BLOCK), size // BLOCK * BLOCK))
+    notes = []
+    if llc and latency < 4 * llc:
+        notes.append(
+            f"the chase buffer ({format_bytes(latency)}) is smaller than 4x the last-level cache "
+            f"({format_bytes(llc)}), so some loads may hit the cache and latencies read low; "
+            "raise --size for a true idle latency")
+    elif not llc:
+        notes.append(f"the cache sizes are unknown; the chase buffer is {format_bytes(latency)}")
+    bandwidth = size // system.page_size * system.page_size
+    need = max(bandwidth, latency + BLOCK)
+    for node in mem_nodes:
+        if node.mem_free < need + HEADROOM:
+            raise ProbeRefused(
+                f"node {node.id} has {format_bytes(node.mem_free)} free; the probe needs "
+                f"{format_bytes(need)} there plus {format_bytes(HEADROOM)} to spare "
+                "(lower --size, or free memory on that node)")
+    return Plan(cpu_nodes, mem_nodes, bandwidth, latency, llc, seconds, threads, tuple(notes))
+
+
+def _round_up(value: int, unit: int) -> int:
+    return -(-value // unit) * unit
+
+
+class Probe:
+    """One run: measures every cell of a plan and frees every buffer, even on Ctrl-C."""
+
+    def __init__(self, system: System, plan: Plan, progress: Optional[Progress] = None,
+                 seed: Optional[int] = None) -> None:
+        self.system = system
+        self.plan = plan
+        self.progress = progress or (lambda text: None)
+        self.rng = random.Random(seed if seed is not None else int.from_bytes(os.urandom(8), "little"))
+        self.stop = threading.Event()
+        self.maps: Dict[int, int] = {}
+        """Live mappings: address -> size. Emptied by :meth:`run` whatever happens."""
+        self._key = ctypes.create_string_buffer(b"\x02")
+        self._other = ctypes.create_string_buffer(b"\x01")
+        self._overhead: Dict[int, float] = {}
+
+    # -- the run -------------------------------------------------------------
+    def run(self) -> ProbeResult:
+        """Measure every cell; the buffers are freed before this returns or raises."""
+        plan = self.plan
+        share = plan.seconds / (2 * plan.cells)
+        cells: List[Cell] = []
+        try:
+            done = 0
+            for cpu in plan.cpu_nodes:
+                for mem in plan.mem_nodes:
+                    done += 1
+                    self.progress(f"cpu node {cpu.id} -> memory node {mem.id} "
+                                  f"({done}/{plan.cells}): bandwidth")
+                    gbps, threads, placed_bw = self.bandwidth(cpu, mem, share)
+                    self.progress(f"cpu node {cpu.id} -> memory node {mem.id} "
+                                  f"({done}/{plan.cells}): latency")
+                    latency, placed_lat = self.latency(cpu, mem, share)
+                    cells.append(Cell(cpu.id, mem.id, gbps, latency, min(placed_bw, placed_lat), threads))
+        finally:
+            self.stop.set()
+            self.free_all()
+        overhead = max(self._overhead.values()) if self._overhead else None
+        return ProbeResult(
+            cells=tuple(cells), size_bytes=plan.size_bytes, seconds=plan.seconds,
+            cpu_model=self.system.cpu_model(), kernel=self.system.kernel(),
+            latency_bytes=plan.latency_bytes, llc_bytes=plan.llc_bytes,
+            chase_overhead_ns=overhead,
+            created=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+            notes=plan.notes,
+        )
+
+    # -- memory --------------------------------------------------------------
+    def map_on(self, size: int, node: int) -> int:
+        """A fresh mapping whose pages may only come from ``node``."""
+        addr = self.system.map(size)
+        self.maps[addr] = size
+        self.system.bind(addr, size, node)
+        return addr
+
+    def unmap(self, addr: int) -> None:
+        """Free one mapping."""
+        size = self.maps.pop(addr)
+        self.system.unmap(addr, size)
+
+    def free_all(self) -> None:
+        """Free every mapping still held."""
+        for addr in list(self.maps):
+            self.unmap(addr)
+
+    def placed(self, addr: int, size: int, node: int) -> float:
+        """The share of the range's pages that the kernel reports on ``node``."""
+        status = self.system.page_nodes(addr, size)
+        return status.count(node) / len(status) if len(status) else 0.0
+
+    # -- bandwidth -------------------------------------------------------------
+    def bandwidth(self, cpu: NodeInfo, mem: NodeInfo, seconds: float) -> Tuple[float, int, float]:
+        """Read GB/s of ``cpu``'s threads over memory on ``mem``, threads, placed fraction."""
+        system = self.system
+        count = self.plan.threads or len(cpu.cpus)
+        chunk = self.plan.size_bytes // count // system.page_size * system.page_size
+        if chunk < system.page_size:
+            raise ProbeRefused(f"--size is too small for {count} threads")
+        addr = self.map_on(chunk * count, mem.id)
+        ready = threading.Barrier(count)
+        spans: List[Tuple[float, float, int]] = []
+
+        def reader(index: int) -> None:
+            system.pin([cpu.cpus[index % len(cpu.cpus)]])
+            start_addr = addr + index * chunk
+            system.memset(start_addr, 0, chunk)  # first touch, from the CPU node
+            system.memchr(start_addr, 1, chunk)  # one untimed pass
+            ready.wait()
+            start = system.clock()
+            deadline = start + seconds
+            done = 0
+            while not self.stop.is_set():
+                offset = 0
+                while offset < chunk and not self.stop.is_set():
+                    n = min(PIECE, chunk - offset)
+                    system.memchr(start_addr + offset, 1, n)
+                    done += n
+                    offset += n
+                    if system.clock() >= deadline:
+                        break
+                if system.clock() >= deadline:
+                    break
+            spans.append((start, system.clock(), done))
+
+        try:
+            self._run_threads([functools.partial(reader, i) for i in range(count)], ready)
+            placed = self.placed(addr, chunk * count, mem.id)
+        finally:
+            self.unmap(addr)
+        elapsed = max(s[1] for s in spans) - min(s[0] for s in spans)
+        total = sum(s[2] for s in spans)
+        return total / elapsed / 1e9 if elapsed > 0 else 0.0, count, placed
+
+    # -- latency ---------------------------------------------------------------
+    def latency(self, cpu: NodeInfo, mem: NodeInfo, seconds: float) -> Tuple[Optional[float], float]:
+        """ns per dependent load of one thread on ``cpu`` over memory on ``mem``; placed fraction."""
+        size = self.plan.latency_bytes
+        raw = self.map_on(size + BLOCK, mem.id)
+        base = _round_up(raw, BLOCK)
+        result: List[float] = []
+
+        def chaser() -> None:
+            system = self.system
+            system.pin([cpu.cpus[0]])
+            if cpu.id not in self._overhead:
+                self._overhead[cpu.id] = self.step_overhead()
+            system.memset(base, 0, size)  # first touch, from the CPU node
+            first, last, steps = build_chain(base, size, self.rng, ctypes.addressof(self._other),
+                                             ctypes.addressof(self._key))
+            root = ctypes.c_uint64(first)
+            calls = 0
+            start = system.clock()
+            while True:
+                if system.tfind(ctypes.addressof(self._key), ctypes.addressof(root)) != last:
+                    raise Unsupported("the C library's tfind does not follow the chain")
+                calls += 1
+                elapsed = system.clock() - start
+                if elapsed >= seconds or self.stop.is_set():
+                    break
+            # glibc's tfind picks the next node with a cmov on strcmp's result, so the
+            # comparison is on every step's critical path: subtract its L1-resident cost.
+            raw = elapsed / (calls * steps) * 1e9
+            result.append(max(raw - self._overhead[cpu.id], 0.0))
+
+        try:
+            self._run_threads([chaser])
+            placed = self.placed(base, size, mem.id)
+        finally:
+            self.unmap(raw)
+        return (result[0] if result else None), placed
+
+    def step_overhead(self) -> float:
+        """ns of one chase step when every node is in L1: the method's own cost per load.
+
+        Two chains of different length, so the cost of the call itself cancels out.
+        """
+        times = []
+        for nodes in (64, 512):
+            buf = (ctypes.c_uint64 * (nodes * 8))()
+            base = ctypes.addressof(buf)
+            order = list(range(nodes))
+            self.rng.shuffle(order)
+            for i, slot in enumerate(order):
+                last = i == nodes - 1
+                buf[slot * 8] = ctypes.addressof(self._key if last else self._other)
+                buf[slot * 8 + 2] = 0 if last else base + order[i + 1] * LINE
+            root = ctypes.c_uint64(base + order[0] * LINE)
+            expected = base + order[-1] * LINE
+            best = float("inf")
+            for _ in range(5):
+                start = self.system.clock()
+                for _ in range(200):
+                    if self.system.tfind(ctypes.addressof(self._key), ctypes.addressof(root)) != expected:
+                        raise Unsupported("the C library's tfind does not follow the chain")
+                best = min(best, self.system.clock() - start)
+            times.append(best / 200)
+        return max(0.0, (times[1] - times[0]) / (512 - 64) * 1e9)
+
+    # -- threads ---------------------------------------------------------------
+    def _run_threads(self, targets: Sequence[Callable[[], None]],
+                     barrier: Optional[threading.Barrier] = None) -> None:
+        """Run the workers; the main thread waits in short joins, so Ctrl-C reaches it."""
+        errors: List[BaseException] = []
+
+        def wrap(target: Callable[[], None]) -> Callable[[], None]:
+            def body() -> None:
+                try:
+                    target()
+                except threading.BrokenBarrierError:
+                    pass
+                except BaseException as exc:  # re-raised in the main thread
+                    errors.append(exc)
+                    self.stop.set()
+                    if barrier is not None:
+                        barrier.abort()
+            return body
+
+        workers = [threading.Thread(target=wrap(t), daemon=True) for t in targets]
+        for w in workers:
+            w.start()
+        try:
+            for w in workers:
+                while w.is_alive():
+                    w.join(0.1)
+        except BaseException:
+            self.stop.set()
+            if barrier is not None:
+                barrier.abort()
+            for w in workers:
+                w.join()
+            raise
+        if errors:
+            raise errors[0]
+
+
+def build_chain(base: int, size: int, rng: random.Random, key: int, end_key: int) -> Tuple[int, int, int]:
+    """Lay a chain of ``tfind`` nodes over ``[base, base+size)``; (first, last, steps).
+
+    ``base`` is 64 KiB aligned. Every 64-byte line is one node ``{key, left=0, right}``
+    (glibc's and musl's node layout). The walk goes round by round: each round visits
+    every 64 KiB block once, in one random block order, at one line offset; the even
+    offsets come first and the odd ones after in the same order, so a line's pair-mate,
+    which the adjacent-line prefetcher fetches with it, comes half a chain later, long
+    after it was evicted. Every
+    line is visited exactly once. All nodes but the last point at ``key``; the last one
+    at ``end_key``, so ``tfind`` returns it only after walking the whole chain.
+
+    Writing is one strided slice per round (C speed), so a 1 GiB chain takes well under
+    a second of Python.
+    """
+    blocks = size // BLOCK
+    lines = BLOCK // LINE
+    words = memoryview((ctypes.c_char * size).from_address(base)).cast("B").cast("Q")
+    order = list(range(blocks))
+    rng.shuffle(order)
+    successor = [0] * blocks
+    for j in range(blocks - 1):
+        successor[order[j]] = order[j + 1]
+    even = list(range(0, lines, 2))
+    rng.shuffle(even)
+    line_order = even + [line + 1 for line in even]  # every pair-mate half a chain later
+    values = array("Q", [base + s * BLOCK for s in successor])
+    low = memoryview(values).cast("B").cast("H")
+    low_index = 0 if sys.byteorder == "little" else 3
+    keys = array("Q", [key]) * blocks
+    stride = BLOCK // 8
+    last_block = order[-1]
+    for k, line in enumerate(line_order):
+        low[low_index::4] = array("H", [line * LINE]) * blocks
+        following = line_order[k + 1] if k + 1 < lines else None
+        values[last_block] = 0 if following is None else base + order[0] * BLOCK + following * LINE
+        words[line * 8::stride] = keys
+        words[line * 8 + 2::stride] = values
+    last = base + last_block * BLOCK + line_order[-1] * LINE
+    words[(last - base) // 8] = end_key
+    low.release()
+    words.release()
+    return base + order[0] * BLOCK + line_order[0] * LINE, last, blocks * lines
