@@ -25,6 +25,7 @@ import io
 import json
 import os
 import posixpath
+import re
 import shutil
 import stat
 import tarfile
@@ -33,13 +34,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from strata_doctor.engine import DEFAULT_CONFIG, EngineConfig
+from strata_doctor.engine import CONFIG_SOURCE, DEFAULT_CONFIG, EngineConfig
+from strata_doctor.processes import engine_cmdline
 from strata_doctor.redact import Redactor
 from strata_doctor.root import CAPTURE_DIR, COMMANDS_DIR, STAT_FILE, CommandResult, FileStat, Root
 
 TOP = "strata-doctor-bundle"
 SCHEMA = "strata-doctor/bundle/v1"
 KEEP_ENVIRON = (b"container",)  # systemd's container marker, read to detect containers
+PROCESS_CMDLINE = re.compile(r"/proc/\d+/cmdline")
+IDENTITY_PASSWD = "/etc/passwd"
 MAX_LINK_HOPS = 40  # as the kernel's own limit on nested symlinks
 MAX_UNPACKED = 256 * 2**20  # a bundle is well under 1 MiB; refuse archive bombs
 
@@ -67,7 +71,8 @@ class Capture:
     unreadable: Tuple[Tuple[str, str], ...]
     """(host path or ``$ command``, reason)."""
     listings: Tuple[Tuple[str, int, int], ...]
-    """(folder, entries on the host, entries kept): listings keep what was read below them."""
+    """(folder, entries on the host, entries nothing was read below): every name is kept,
+    the ones nothing was read below as empty stand-ins, so a replay lists the same names."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,7 @@ def capture(root: Root) -> Capture:
         if note:
             unreadable.append((result.display, note))
     unreadable.extend((path, f"looked at, not read: bundled empty ({size} bytes on the host)")
-                      for path, size in builder.stand_ins)
+                      for path, size in sorted(builder.stand_ins.values()))
     return Capture(builder.sorted_entries(), tuple(sorted(unreadable)), tuple(listings))
 
 
@@ -117,8 +122,9 @@ class _Builder:
     def __init__(self, root: Root) -> None:
         self.root = root
         self.entries: Dict[str, Entry] = {}
-        self.stand_ins: List[Tuple[str, int]] = []
-        """(host path, size) of files only stat'ed or walked, bundled empty."""
+        self.stand_ins: Dict[str, Tuple[str, int]] = {}
+        """Bundle path -> (host path, size) of files only stat'ed, walked or reached by a
+        link that was only read with readlink: bundled empty."""
 
     def sorted_entries(self) -> Tuple[Entry, ...]:
         return tuple(self.entries[p] for p in sorted(self.entries))
@@ -129,7 +135,8 @@ class _Builder:
             return
         full = self.root.path(real)
         if full.is_symlink():
-            # Recorded by readlink (a PCI driver link): the link itself is the fact.
+            # A link read with readlink (a PCI driver link, Debian's 99-sysctl.conf) is a
+            # fact itself; one read through holds what its target holds.
             self._add_link(real)
             target = self.resolve(real, follow_last=True)
             if target is None or not self.root.path(target).is_file():
@@ -139,9 +146,15 @@ class _Builder:
         if data is None:
             if not self.root.path(real).is_file():
                 return
-            # Recorded by a stat or a walk, never read: its contents are not the checks'.
-            self.stand_ins.append((host_path, self.root.path(real).stat().st_size))
+            existing = self.entries.get(real)
+            if existing is not None and existing.kind == "file" and real not in self.stand_ins:
+                return  # read under another name (the link's target itself): keep what was read
+            # Recorded by a stat, a walk or a readlink, never read: its contents are not the
+            # checks'.
+            self.stand_ins[real] = (host_path, self.root.path(real).stat().st_size)
             data = b""
+        else:
+            self.stand_ins.pop(real, None)
         self._add_dirs(posixpath.dirname(real))
         self.entries[real] = Entry(real, "file", data)
 
@@ -158,7 +171,7 @@ class _Builder:
             self._add_dirs(posixpath.dirname(real))
             self.entries.setdefault(real, Entry(real, "file", b""))
             rows[host_path] = {"size": found.size, "uid": found.uid, "mode": found.mode}
-            self.stand_ins.append((host_path, found.size))
+            self.stand_ins[real] = (host_path, found.size)
         self._add_dirs(f"/{CAPTURE_DIR}")
         data = (json.dumps(rows, indent=1, sort_keys=True) + "\n").encode()
         self.entries[f"/{STAT_FILE}"] = Entry(f"/{STAT_FILE}", "file", data)
@@ -177,14 +190,29 @@ class _Builder:
             self.entries[real] = Entry(real, "file", b"")  # existence was asked, not content
 
     def add_listing(self, host_path: str) -> Tuple[str, int, int]:
+        """Keep every name the checks saw in a folder: a replay must list the same names
+        (the cpuN folders are the CPUs of a sysfs without ``cpu/online``). Entries nothing
+        was read below become empty stand-ins of their type: a folder, a file, or the link."""
         real = self.resolve(host_path, follow_last=True)
         if real is None:
             return host_path, 0, 0
         self._add_dirs(real)
         names = self.root.listdir(real)
         prefix = real.rstrip("/") + "/"
-        kept = {p[len(prefix):].split("/", 1)[0] for p in self.entries if p.startswith(prefix)}
-        return host_path, len(names), len(kept & set(names))
+        empty = 0
+        for name in names:
+            child = prefix + name
+            if child in self.entries:
+                continue
+            empty += 1
+            full = self.root.path(child)
+            if full.is_symlink():
+                self._add_link(child)
+            elif full.is_dir():
+                self._add_dirs(child)
+            else:
+                self.entries[child] = Entry(child, "file", b"")
+        return host_path, len(names), empty
 
     def add_command(self, key: str, result: CommandResult) -> Optional[str]:
         base = f"/{COMMANDS_DIR}/{key}"
@@ -277,12 +305,22 @@ def settings_yaml(config: EngineConfig) -> bytes:
 def redact_capture(captured: Capture, redactor: Redactor, config: EngineConfig) -> List[Entry]:
     """The archive's host entries, redacted, with the engine settings in effect added.
 
-    Every user name is learned from every entry before any is replaced, so a name that
-    first shows up in a home path is replaced in the files read before it as well.
+    Process environments keep their variable names, command lines are kept only where
+    they name the engine (or strata-doctor) and lose the values of secret-looking options,
+    ``/etc/passwd`` loses its GECOS field: all of it whether or not the redactor is
+    enabled. Every user name is learned from every entry before any is replaced, so a name
+    that first shows up in a home path is replaced in the files read before it as well.
     """
-    entries = {e.path: _scrub_environ(e) for e in captured.entries}
+    stem = config.unit.rsplit(".", 1)[0]
+    entries: Dict[str, Entry] = {}
+    for entry in captured.entries:
+        scrubbed = _scrub(entry, redactor, stem)
+        if scrubbed is not None:
+            entries[entry.path] = scrubbed
     entries[DEFAULT_CONFIG] = Entry(DEFAULT_CONFIG, "file", settings_yaml(config))
+    entries[CONFIG_SOURCE] = Entry(CONFIG_SOURCE, "file", f"{config.source or ''}\n".encode())
     entries.setdefault("/etc", Entry("/etc", "dir"))
+    entries.setdefault(f"/{CAPTURE_DIR}", Entry(f"/{CAPTURE_DIR}", "dir"))
     for entry in entries.values():
         redactor.learn(entry.path)
         redactor.learn(entry.data.decode("utf-8", "surrogateescape"))
@@ -292,11 +330,38 @@ def redact_capture(captured: Capture, redactor: Redactor, config: EngineConfig) 
     ]
 
 
+def _scrub(entry: Entry, redactor: Redactor, stem: str) -> Optional[Entry]:
+    """What of a host file may leave the host at all; None to leave it out."""
+    if entry.kind != "file":
+        return entry
+    if entry.path.endswith("/environ"):
+        return _scrub_environ(entry)
+    if PROCESS_CMDLINE.fullmatch(entry.path):
+        # Read as Root.read gives it to find_engine_pid: NUL bytes dropped.
+        text = entry.data.replace(b"\0", b"").decode("utf-8", "replace")
+        if engine_cmdline(text, stem) is None:
+            return None  # says nothing about the engine: not the checks' business
+        return Entry(entry.path, entry.kind, redactor.command_line(entry.data), entry.target)
+    if entry.path == IDENTITY_PASSWD:
+        return Entry(entry.path, entry.kind, _drop_gecos(entry.data), entry.target)
+    return entry
+
+
+def _drop_gecos(data: bytes) -> bytes:
+    """``/etc/passwd`` without its fifth field (full names, rooms, phone numbers): the
+    checks read user names and ids only."""
+    lines = []
+    for line in data.split(b"\n"):
+        fields = line.split(b":")
+        if len(fields) >= 5:
+            fields[4] = b""
+        lines.append(b":".join(fields))
+    return b"\n".join(lines)
+
+
 def _scrub_environ(entry: Entry) -> Entry:
     """A process environment keeps its variable names and only ``container=``'s value:
     the checks need no more, and environments carry credentials no pattern knows."""
-    if entry.kind != "file" or not entry.path.endswith("/environ"):
-        return entry
     kept = []
     for item in entry.data.split(b"\0"):
         name, sep, _ = item.partition(b"=")

@@ -21,6 +21,8 @@ from strata_doctor.root import Command, CommandResult, Root, command_key
 from strata_doctor.units import parse_ini, unit_file_paths, unit_setting
 
 DEFAULT_CONFIG = "/etc/strata-doctor.yaml"
+CONFIG_SOURCE = "/.strata-doctor/config-source"
+"""In a bundle: where the host's settings came from (empty: the command line)."""
 DEFAULT_UNIT = "strata.service"
 DEFAULT_HEADROOM = 4 * 1024**3
 HUGEPAGE_MODES = ("auto", "hugetlb", "thp")
@@ -134,6 +136,9 @@ def load_config(root: Root, path: Optional[str]) -> EngineConfig:
     config = _load_config(root, path)
     if path is None and config.source is not None:
         config = config._replace(source=DEFAULT_CONFIG)
+        if not root.live and root.exists(CONFIG_SOURCE):
+            # A bundle wrote the settings here; its host named them as recorded.
+            config = config._replace(source=root.read_value(CONFIG_SOURCE))
     return config
 
 

@@ -119,7 +119,9 @@ def _parse_stat(text: str) -> Tuple[float, float]:
 
 
 def _tick(field: str) -> int:
-    return int(field) if field.isdecimal() and len(field) < 40 else parse_int(field) or 0
+    # An unsigned 64-bit count in the kernel: anything longer (400 digits) is garbage, and
+    # dividing it would overflow a float.
+    return int(field) if field.isdecimal() and len(field) <= 20 else 0
 
 
 def read_uptime(root: Root) -> Optional[float]:
@@ -139,17 +141,34 @@ def find_engine_pid(root: Root, processes: Sequence[ProcessInfo], unit: str) -> 
     """
     stem = unit.rsplit(".", 1)[0]
     own = _own_lineage(root, processes)
-    word = re.compile(rf"(^|[/\s]){re.escape(stem)}([\s.:_-]|$)")
     found: List[Tuple[int, float, int]] = []
     for proc in processes:
         if proc.kernel_thread or proc.pid in own:
             continue
-        cmdline = (root.read(f"/proc/{proc.pid}/cmdline") or "").replace("\0", " ").strip()
-        if "strata-doctor" in cmdline or "strata_doctor" in cmdline:
+        verdict = engine_cmdline(root.read(f"/proc/{proc.pid}/cmdline") or "", stem)
+        if verdict is False:
             continue
-        if word.search(cmdline) or "serve/server.py" in cmdline or proc.name == stem:
+        if verdict or proc.name == stem:
             found.append((-proc.hugetlb_bytes, proc.start_seconds, proc.pid))
     return min(found)[2] if found else None
+
+
+def engine_cmdline(cmdline: str, stem: str) -> Optional[bool]:
+    """What a command line says to :func:`find_engine_pid`: True when it names the engine
+    (the unit's ``stem`` as a word, or ``serve/server.py``), False when it is strata-doctor
+    itself (never the engine), None when it says neither. Only the command lines where it
+    says something are bundled (docs/report.md)."""
+    text = cmdline.replace("\0", " ").strip()
+    if "strata-doctor" in text or "strata_doctor" in text:
+        return False
+    if _stem_word(stem).search(text) or "serve/server.py" in text:
+        return True
+    return None
+
+
+@lru_cache(maxsize=8)
+def _stem_word(stem: str) -> "re.Pattern[str]":
+    return re.compile(rf"(^|[/\s]){re.escape(stem)}([\s.:_-]|$)")
 
 
 def _own_lineage(root: Root, processes: Sequence[ProcessInfo]) -> FrozenSet[int]:
