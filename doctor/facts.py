@@ -9,6 +9,8 @@ from operator import itemgetter
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 from strata_doctor.parse import (
+    MAX_CPU,
+    cpumap_beyond_limit,
     format_cpulist,
     parse_cpuinfo,
     parse_cpulist,
@@ -109,6 +111,11 @@ def read_numa(root: Root) -> NumaFacts:
     offline = parse_cpulist(root.read(f"{CPU_DIR}/offline") or "")
     quirks: List[str] = []
     raw = [_read_node(root, node_id) for node_id in ids]
+    quirks.extend(
+        f"node{node_id}: cpumap sets CPU ids at or above {MAX_CPU}, the kernel's limit; ignored"
+        for node_id, _, source, _, _ in raw
+        if source == "cpumap" and cpumap_beyond_limit(root.read(f"{NODE_DIR}/node{node_id}/cpumap") or "")
+    )
     if not online:
         online = frozenset().union(*(cpus for _, cpus, _, _, _ in raw)) - offline
     if not online:

@@ -29,7 +29,10 @@ _SIZE_UNITS = {
     "tib": 1024**4,
 }
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-MAX_CPU = 1 << 16  # far above any real host; bounds garbage like "0-4294967295"
+# The kernel's own limit: CONFIG_NR_CPUS is at most 8192 on every architecture (x86 with
+# MAXSMP, powerpc). CPU ids at or above it are garbage, e.g. "0-4294967295" or a 1 MB cpumap.
+MAX_CPU = 8192
+_NOT_HEX = re.compile("[^0-9a-fA-F]")
 
 
 def _clean(text: str) -> str:
@@ -68,19 +71,29 @@ def parse_cpulist(text: str) -> FrozenSet[int]:
 
 
 def parse_cpumap(text: str) -> FrozenSet[int]:
-    """Parse a hex cpumask such as ``00000000,0000ffff`` (rightmost word is CPUs 0-31)."""
-    digits = _clean(text).replace(",", "")
-    if not digits or any(ch not in "0123456789abcdefABCDEF" for ch in digits):
+    """Parse a hex cpumask such as ``00000000,0000ffff`` (rightmost word is CPUs 0-31).
+
+    Linear in the text's length; bits at or above :data:`MAX_CPU` are ignored (see
+    :func:`cpumap_beyond_limit`)."""
+    digits = _cpumap_digits(text)
+    if not digits:
         return frozenset()
-    value = int(digits, 16)
-    cpus = set()
-    bit = 0
-    while value and bit < MAX_CPU:
-        if value & 1:
-            cpus.add(bit)
-        value >>= 1
-        bit += 1
-    return frozenset(cpus)
+    value = int(digits[-(MAX_CPU // 4):], 16)
+    if not value:
+        return frozenset()
+    return frozenset(i for i, bit in enumerate(reversed(bin(value)[2:])) if bit == "1")
+
+
+def cpumap_beyond_limit(text: str) -> bool:
+    """The cpumask sets a CPU id at or above :data:`MAX_CPU`, which :func:`parse_cpumap` ignores."""
+    digits = _cpumap_digits(text)
+    return bool(digits[:-(MAX_CPU // 4)].strip("0"))
+
+
+def _cpumap_digits(text: str) -> str:
+    """The hex digits of a cpumask without the commas; '' when it holds anything else."""
+    digits = _clean(text).replace(",", "")
+    return "" if _NOT_HEX.search(digits) else digits
 
 
 def format_cpulist(cpus: FrozenSet[int] | List[int] | Tuple[int, ...]) -> str:
