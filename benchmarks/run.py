@@ -198,6 +198,22 @@ def process_scan_row(rounds: int) -> Row:
     return Row("cpu-contention scan, 5,000 processes", f"{per:.1f} us/process", "<= 20 us", per <= 20)
 
 
+def probe_yardstick_row(rounds: int) -> Row:
+    """probe's read bandwidth (every CPU of the first node) against one memchr thread,
+    over the same 256 MiB buffer bound to that node (docs/probe.md)."""
+    from strata_doctor import probe
+    from strata_doctor.probe_sys import System, Unsupported
+
+    try:
+        result = probe.yardstick(System(), 256 << 20, 0.3, rounds=max(3, rounds // 3) | 1)
+    except (Unsupported, probe.ProbeRefused, OSError) as exc:
+        return Row("probe read bandwidth / one memchr thread", f"skipped: {exc}", ">= 1x", None)
+    ratio = result.probe_gbps / result.single_gbps
+    return Row(f"probe read bandwidth / one memchr thread (node {result.node})",
+               f"{ratio:.2f}x ({result.probe_gbps:.1f} vs {result.single_gbps:.1f} GB/s, "
+               f"{result.threads} threads)", ">= 1x", ratio >= 1.0)
+
+
 def bundle_rows(seed: Path, rounds: int) -> List[Row]:
     """``report --bundle`` on the seed box: time and size."""
     doctor = console_script()
@@ -269,6 +285,7 @@ def main() -> int:
         rows = process_rows(roots, args.rounds)
         rows.append(numa_maps_row(args.rounds))
         rows.append(process_scan_row(args.rounds))
+        rows.append(probe_yardstick_row(args.rounds))
         rows += bundle_rows(seed, args.rounds)
         import_table, offenders = import_rows(seed)
         rows += import_table

@@ -202,13 +202,29 @@ class Probe:
         if chunk < system.page_size:
             raise ProbeRefused(f"--size is too small for {count} threads")
         addr = self.map_on(chunk * count, mem.id)
+        try:
+            gbps = self.read_rate(addr, chunk, count, cpu, seconds, touch=True)
+            placed = self.placed(addr, chunk * count, mem.id)
+        finally:
+            self.unmap(addr)
+        return gbps, count, placed
+
+    def read_rate(self, addr: int, chunk: int, count: int, cpu: NodeInfo, seconds: float,
+                  touch: bool = False) -> float:
+        """GB/s of ``count`` threads pinned to ``cpu``'s CPUs, each reading its ``chunk``.
+
+        With ``touch`` each thread first writes its chunk: the first touch of fresh pages
+        happens on the CPU node.
+        """
+        system = self.system
         ready = threading.Barrier(count)
         spans: List[Tuple[float, float, int]] = []
 
         def reader(index: int) -> None:
             system.pin([cpu.cpus[index % len(cpu.cpus)]])
             start_addr = addr + index * chunk
-            system.memset(start_addr, 0, chunk)  # first touch, from the CPU node
+            if touch:
+                system.memset(start_addr, 0, chunk)  # first touch, from the CPU node
             system.memchr(start_addr, 1, chunk)  # one untimed pass
             ready.wait()
             start = system.clock()
@@ -227,14 +243,10 @@ class Probe:
                     break
             spans.append((start, system.clock(), done))
 
-        try:
-            self._run_threads([functools.partial(reader, i) for i in range(count)], ready)
-            placed = self.placed(addr, chunk * count, mem.id)
-        finally:
-            self.unmap(addr)
+        self._run_threads([functools.partial(reader, i) for i in range(count)], ready)
         elapsed = max(s[1] for s in spans) - min(s[0] for s in spans)
         total = sum(s[2] for s in spans)
-        return total / elapsed / 1e9 if elapsed > 0 else 0.0, count, placed
+        return total / elapsed / 1e9 if elapsed > 0 else 0.0
 
     # -- latency ---------------------------------------------------------------
     def latency(self, cpu: NodeInfo, mem: NodeInfo, seconds: float) -> Tuple[Optional[float], float]:
@@ -336,6 +348,47 @@ class Probe:
             raise
         if errors:
             raise errors[0]
+
+
+class Yardstick(NamedTuple):
+    """The probe's read bandwidth against one thread's ``memchr`` over the same buffer."""
+
+    node: int
+    """The node whose CPUs read and whose memory holds the buffer."""
+    probe_gbps: float
+    """The probe's reading threads (every CPU of the node), median GB/s."""
+    single_gbps: float
+    """One thread calling ``memchr`` over the whole buffer, median GB/s."""
+    threads: int
+    """The probe's reading threads."""
+    placed_fraction: float
+    """Share of the buffer's pages on the node."""
+
+
+def yardstick(system: System, size: int, seconds: float, rounds: int = 3) -> Yardstick:
+    """Measure the probe's bandwidth and the single-thread rate, alternately, on one buffer.
+
+    The first CPU node reads a buffer bound to itself (its own memory when it has some).
+    """
+    plan = make_plan(system, size, seconds)
+    cpu = plan.cpu_nodes[0]
+    mem = next((m for m in plan.mem_nodes if m.id == cpu.id), plan.mem_nodes[0])
+    runner = Probe(system, plan)
+    count = len(cpu.cpus)
+    chunk = plan.size_bytes // count // system.page_size * system.page_size
+    probe_rates: List[float] = []
+    single_rates: List[float] = []
+    try:
+        addr = runner.map_on(chunk * count, mem.id)
+        runner.read_rate(addr, chunk, count, cpu, 0.0, touch=True)
+        for _ in range(rounds):
+            single_rates.append(runner.read_rate(addr, chunk * count, 1, cpu, seconds))
+            probe_rates.append(runner.read_rate(addr, chunk, count, cpu, seconds))
+        placed = runner.placed(addr, chunk * count, mem.id)
+    finally:
+        runner.free_all()
+    return Yardstick(cpu.id, sorted(probe_rates)[rounds // 2], sorted(single_rates)[rounds // 2],
+                     count, placed)
 
 
 def build_chain(base: int, size: int, rng: random.Random, key: int, end_key: int) -> Tuple[int, int, int]:
