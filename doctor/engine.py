@@ -72,6 +72,7 @@ class EngineConfig(NamedTuple):
         return None if self.arena_bytes is None else self.arena_bytes + self.kv_bytes
 
 
+MAX_SETTING = 100  # characters: no setting is longer; a 5000-digit number is garbage
 _KEYS = ("arena", "kv", "unit", "workers", "headroom", "hugepages", "gpu", "numa")
 
 
@@ -93,6 +94,10 @@ def apply_settings(config: EngineConfig, values: Mapping[str, object], source: s
     for key, value in values.items():
         if value is None:
             continue
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and len(str(value)) > MAX_SETTING:
+            shown = str(value)
+            raise ConfigError(f"{source}: {key}: {len(shown)} characters is too long for a "
+                              f"setting ({shown[:16]}...)")
         try:
             changes.update(_convert(key, value))
         except ValueError as exc:
@@ -162,6 +167,10 @@ def _load_config(root: Root, path: Optional[str]) -> EngineConfig:
 
     try:
         data = yaml.safe_load(text or "")
+    except ValueError:  # an integer of more than 4300 digits: int() refuses it
+        long = re.search(r"^\s*([^\s:#]+)\s*:[^\n]*?[0-9_]{4000}", text or "", re.M)
+        key = f" {long[1]}:" if long else ""
+        raise ConfigError(f"{source}:{key} a number too long for a setting") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -201,7 +210,10 @@ def simple_yaml(text: str) -> Tuple[bool, object]:
         elif value in _YAML_NULLS:
             data[match[1]] = None
         elif _YAML_INT.fullmatch(value):
-            data[match[1]] = int(value)
+            if len(value) > MAX_SETTING:  # kept as text: apply_settings names it (int() may refuse)
+                data[match[1]] = value
+            else:
+                data[match[1]] = int(value)
         elif value[0].isdigit() and (not value[-1].isalpha() or value[0] == "0"):
             return False, None  # 1.5, 017, 0x1f: YAML 1.1 numbers
         else:

@@ -352,7 +352,10 @@ class Root:
         if out is None:
             return CommandResult(command.key, command.argv, None, "", missing=True)
         rc_text = _read_optional(self.resolved(base + ".rc"))
-        status = int(rc_text.strip()) if rc_text and rc_text.strip().lstrip("-").isdigit() else 0
+        rc = (rc_text or "").strip()
+        # An exit status is a small number: garbage (or 5,000 digits, which int() refuses) reads as 0.
+        digits = rc[1:] if rc.startswith("-") else rc
+        status = int(rc) if digits.isdigit() and digits.isascii() and len(digits) <= 20 else 0
         err = _read_optional(self.resolved(base + ".err")) or ""
         return CommandResult(command.key, command.argv, status, out, err)
 

@@ -1,0 +1,200 @@
+"""Bad input never crashes or hangs: each reproducer of issue 11 section 5, on a copy of the
+seed box. A bad file is a finding or one line on stderr with exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from tests.conftest import HOSTS, run_cli
+
+SEED = HOSTS / "seed-box"
+
+
+@pytest.fixture
+def seed(tmp_path: Path) -> Path:
+    """A private copy of the seed box."""
+    root = tmp_path / "seed-box"
+    shutil.copytree(SEED, root, symlinks=True)
+    return root
+
+
+def run_script(args: List[str], env: Optional[Dict[str, str]] = None,
+               **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    """The console script in a real process (streams, signals and encodings are its own)."""
+    full_env = dict(os.environ, **(env or {}))
+    full_env.pop("NO_COLOR", None)
+    return subprocess.run([sys.executable, "-m", "strata_doctor", *args], env=full_env,
+                          timeout=120, **kwargs)
+
+
+def assert_one_line(result: Any, code: int = 2) -> str:
+    """Exit ``code``, one line on stderr, no traceback; the line."""
+    exit_code = getattr(result, "exit_code", getattr(result, "returncode", None))
+    stderr = result.stderr
+    if isinstance(stderr, bytes):
+        stderr = stderr.decode("utf-8", "replace")
+    assert exit_code == code, stderr
+    assert "Traceback" not in stderr and "Aborted!" not in stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1, lines
+    return str(lines[0])
+
+
+def check_json(root: Path) -> Dict[str, object]:
+    result = run_cli(["check", "--root", str(root), "--format", "json"])
+    assert result.exit_code in (0, 1), result.output
+    assert "Traceback" not in result.output
+    data = json.loads(result.stdout)
+    assert isinstance(data, dict)
+    return data
+
+
+# -- truncated bundles ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bundle_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    out = tmp_path_factory.mktemp("bundle") / "b.tar.gz"
+    result = run_cli(["report", "--root", str(SEED), "--bundle", str(out)])
+    assert result.exit_code == 0, result.output
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize("cut", [0, 10, 100, 5000, 31000])
+def test_a_truncated_bundle_is_one_line_and_exit_2(bundle_bytes: bytes, tmp_path: Path, cut: int) -> None:
+    assert cut < len(bundle_bytes)
+    path = tmp_path / "cut.tar.gz"
+    path.write_bytes(bundle_bytes[:cut])
+    line = assert_one_line(run_cli(["check", "--bundle", str(path)]))
+    assert line.startswith(f"strata-doctor: error: {path}: not a strata-doctor bundle")
+
+
+def test_a_corrupted_bundle_never_crashes(bundle_bytes: bytes, tmp_path: Path) -> None:
+    path = tmp_path / "bad.tar.gz"
+    for offset in (10, 20, 500, len(bundle_bytes) // 2, len(bundle_bytes) - 5):
+        data = bytearray(bundle_bytes)
+        data[offset] ^= 0xFF
+        path.write_bytes(bytes(data))
+        result = run_cli(["check", "--bundle", str(path), "--format", "json"])
+        assert result.exit_code in (0, 1, 2), (offset, result.output)
+        assert "Traceback" not in result.output and "Aborted!" not in result.output
+        if result.exit_code == 2:
+            assert len(result.stderr.splitlines()) == 1
+
+
+# -- output encodings and closed pipes ---------------------------------------------------
+@pytest.mark.parametrize("encoding", ["latin-1", "cp1252"])
+@pytest.mark.parametrize("command", [["check"], ["check", "-v"], ["report"]])
+def test_an_encoding_without_the_symbols_gets_ascii_marks(encoding: str, command: List[str]) -> None:
+    result = run_script([*command, "--root", str(SEED)], env={"PYTHONIOENCODING": encoding},
+                        capture_output=True)
+    assert b"Traceback" not in result.stderr, result.stderr.decode(errors="replace")
+    assert result.returncode == (0 if command == ["report"] else 1)
+    text = result.stdout.decode(encoding)
+    if command[0] == "check":
+        assert text.startswith("+ numa-topology") and "\nx numa-binding" in text
+    assert "\u2713" not in text and "\u2717" not in text
+
+
+def closed_pipe_run(args: List[str]) -> int:
+    """Run with standard output a pipe whose reader is already gone; the exit status."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = run_script(args, stdout=write_end, stderr=subprocess.PIPE)
+    finally:
+        os.close(write_end)
+    assert b"Traceback" not in result.stderr, result.stderr.decode(errors="replace")
+    return result.returncode
+
+
+@pytest.mark.parametrize("args", [
+    ["check"], ["check", "--format", "json"], ["check", "--format", "prometheus"], ["report"],
+    ["list-checks"],
+])
+def test_a_closed_pipe_ends_by_sigpipe_not_a_verdict(args: List[str]) -> None:
+    host = [] if args == ["list-checks"] else ["--root", str(SEED)]
+    assert closed_pipe_run([*args, *host]) == -signal.SIGPIPE
+
+
+@pytest.mark.parametrize("args", [["--help"], ["check", "--help"], ["report", "-h"], ["--version"]])
+def test_help_into_a_closed_pipe_is_exit_0(args: List[str]) -> None:
+    assert closed_pipe_run(args) == 0
+
+
+def test_a_shell_sees_141_for_check_into_head_0() -> None:
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    script = (f"{sys.executable} -m strata_doctor check --root {SEED} | head -c 0; "
+              "echo ${PIPESTATUS[0]}")
+    result = subprocess.run(["bash", "-c", script], capture_output=True, timeout=120, env=dict(os.environ))
+    assert result.stdout.decode().strip() in ("141", "1")  # 1 only if head had not closed yet
+    assert b"Traceback" not in result.stderr
+
+
+# -- huge numbers ------------------------------------------------------------------------
+def first_pid(root: Path) -> Path:
+    return next(p for p in sorted((root / "proc").iterdir()) if p.name.isdigit() and (p / "stat").is_file())
+
+
+@pytest.mark.parametrize("field", [14, 15, 22])
+def test_a_400_digit_stat_field_is_no_crash(seed: Path, field: int) -> None:
+    for proc in (p for p in (seed / "proc").iterdir() if p.name.isdigit() and (p / "stat").is_file()):
+        stat = (proc / "stat").read_text()
+        head, _, rest = stat.rpartition(")")
+        fields = rest.split()
+        fields[field - 3] = "9" * 400
+        (proc / "stat").write_text(f"{head}) {' '.join(fields)}\n")
+    data = check_json(seed)
+    crashed = [c for c in data["checks"] if c.get("crash")]  # type: ignore[attr-defined, union-attr]
+    assert crashed == []
+
+
+def test_a_1mb_hex_cpumap_parses_in_linear_time(seed: Path) -> None:
+    from strata_doctor.parse import MAX_CPU, parse_cpumap
+
+    groups = ",".join(["ffffffff"] * (1024 * 1024 // 9))
+    start = time.perf_counter()
+    cpus = parse_cpumap(groups)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 0.1, elapsed
+    assert max(cpus) == MAX_CPU - 1 and len(cpus) == MAX_CPU
+    small = parse_cpumap("00000000,0000000f")
+    assert small == frozenset({0, 1, 2, 3})
+    node = seed / "sys/devices/system/node/node0/cpumap"
+    node.write_text(groups + "\n")
+    start = time.perf_counter()
+    check_json(seed)
+    assert time.perf_counter() - start < 10
+
+
+def test_a_5000_digit_integer_in_the_config_is_one_line(seed: Path) -> None:
+    config = seed / "etc/strata-doctor.yaml"
+    text = config.read_text() if config.is_file() else ""
+    config.write_text(text + "workers: " + "9" * 5000 + "\n")
+    line = assert_one_line(run_cli(["check", "--root", str(seed)]))
+    assert "strata-doctor.yaml" in line and "workers" in line and len(line) < 400
+
+
+def test_a_5000_digit_integer_in_a_command_capture_is_no_crash(seed: Path) -> None:
+    commands = seed / ".strata-doctor/commands"
+    captures = sorted(commands.glob("*.txt"))
+    assert captures
+    for capture in captures:
+        capture.with_suffix(".rc").write_text("9" * 5000 + "\n")
+        capture.write_text(capture.read_text() + "9" * 5000 + "\n")
+    result = run_cli(["check", "--root", str(seed), "--format", "json"])
+    assert "Traceback" not in result.output
+    if result.exit_code == 2:
+        assert_one_line(result)
+    else:
+        assert result.exit_code in (0, 1)
+        json.loads(result.stdout)
