@@ -165,15 +165,21 @@ class Lock:
         for _ in range(100):
             try:
                 self.state_fd = _open_state(self.tree, self.create)
-            except FileNotFoundError:
+            except FileNotFoundError as exc:
                 if self.create:
-                    raise
+                    raise ApplyError(f"cannot use the state folder {STATE_DIR}: {_describe(exc)}") from None
                 return  # no state folder: nothing to lock, nothing recorded
             except OSError as exc:
+                if not self.create and exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    return  # a link loop or a file where it should be: nothing can be recorded there
                 raise ApplyError(f"cannot use the state folder {STATE_DIR}: {_describe(exc)}") from None
             try:
                 fd = os.open("lock", os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o600,
                              dir_fd=self.state_fd)
+            except FileNotFoundError:  # the holder just removed the state folder: start again
+                os.close(self.state_fd)
+                self.state_fd = -1
+                continue
             except OSError as exc:
                 raise ApplyError(f"cannot use the lock {STATE_DIR}/lock: {_describe(exc)}") from None
             try:
@@ -228,6 +234,8 @@ def _open_state(tree: InRoot, create: bool) -> int:
     try:
         _clean_state_temps(tree, parent)
         _build_state(tree, parent, existing, missing)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, f"{existing.rstrip('/')}/{missing[0]}") from None
     finally:
         os.close(parent)
     return tree.open_dir(STATE_DIR)
@@ -329,9 +337,11 @@ def drop_state_if_empty(lock: Lock) -> None:
             os.rmdir(name, dir_fd=parent)
             os.fsync(parent)
         except OSError as exc:
-            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
-                return
-            raise
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+                raise
+            if folder == STATE_DIR and top and exc.errno != errno.ENOENT:
+                _write_at(state, MADE_FILE, top, 0o600)  # someone is using it: keep its record
+            return
         finally:
             os.close(parent)
         if folder == made or not head:
@@ -358,6 +368,7 @@ def _apply_held(root: Root, plan: Plan, lock: Lock) -> ApplyReport:
     try:
         refuse_unfinished(lock)
         if plan.empty:
+            drop_state_quietly(lock)
             return ApplyReport((), (), (), "")
         return _apply_locked(root, plan, lock)
     except ApplyError:
@@ -523,7 +534,9 @@ def atomic_write(root: Root, host_path: str, data: bytes, mode: int,
 
 
 def _atomic_write(tree: InRoot, real: str, data: bytes, mode: int, owner: Optional[Tuple[int, int]],
-                  shown: str) -> None:
+                  shown: str, over_link: bool = False) -> None:
+    """Write ``data`` to ``real`` through a temporary file; a link there is refused unless
+    ``over_link`` (a forced revert), and then replaced, never followed."""
     folder, name = _split(real)
     temp = _split(_host_temp(real))[1]
     parent = tree.open_dir(folder)
@@ -546,7 +559,8 @@ def _atomic_write(tree: InRoot, real: str, data: bytes, mode: int, owner: Option
             info = os.stat(name, dir_fd=parent, follow_symlinks=False)
         except FileNotFoundError:
             info = None
-        if info is not None and not stat.S_ISREG(info.st_mode):
+        if info is not None and not stat.S_ISREG(info.st_mode) \
+                and not (over_link and stat.S_ISLNK(info.st_mode)):
             _unlink_at(parent, temp)
             kind = "a symlink" if stat.S_ISLNK(info.st_mode) else "not a regular file"
             raise ApplyError(f"{shown} became {kind}; strata-doctor never writes through one")
@@ -759,7 +773,7 @@ def _revert_file(root: Root, tree: InRoot, apply_fd: int, entry: Dict[str, Any],
     finally:
         os.close(parent)
     owner = (entry["uid"], entry["gid"]) if privileged(root) else None
-    _atomic_write(tree, real, original, entry["mode"], owner, path)
+    _atomic_write(tree, real, original, entry["mode"], owner, path, over_link=force)
     return "restored", path
 
 
@@ -771,6 +785,12 @@ def _rmdir_in(tree: InRoot, directory: str) -> None:
     except FileNotFoundError:
         return
     try:
+        try:
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(info.st_mode):
+            return
         checkpoint("revert-rmdir", directory)
         os.rmdir(name, dir_fd=parent)
         os.fsync(parent)
@@ -920,6 +940,11 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _unlink_at(dir_fd: int, name: str) -> None:
+    """Remove a file if it is there (asking first: a read-only mount refuses even a missing name)."""
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
     with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=dir_fd)
 
