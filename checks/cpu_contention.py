@@ -38,7 +38,7 @@ class CpuContention(Check):
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         plan = ctx.binding_plan
         assert plan is not None  # applies() ruled this out
-        engine_pid = ctx.unit.main_pid
+        engine_pid = ctx.engine_pid  # the engine is not "another process", however started
         uptime = ctx.uptime or 0.0
         others = [
             p for p in ctx.processes

@@ -296,7 +296,7 @@ class Hugepages(Check):
         if target is None or len(nodes) < 2 or not a.uses_pool or a.fails or a.need is None:
             return
         on_target = next((n for n in nodes if n.node == target), None)
-        engine = facts.holder(ctx.unit.main_pid if ctx.engine_process else None)
+        engine = facts.holder(ctx.engine_pid)
         # At its restart the engine gives its pages back to their nodes and takes them again,
         # the preferred node first: only its pages already on the target count there.
         engine_here = engine.pages_on(target, facts.page_size) if engine and engine.nodes else a.engine_pages

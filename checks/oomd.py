@@ -11,7 +11,7 @@ from strata_doctor.memory_fixes import move_to_system_service_fix, oomd_dropin_f
 from strata_doctor.model import Evidence, Finding, Fix, Severity
 from strata_doctor.oomd import OomdFacts, Watched, oomd_commands
 from strata_doctor.parse import format_bytes
-from strata_doctor.rules import CHAIN, Exposure, MemoryProjection, assess_pool, project_memory, trap_in_effect
+from strata_doctor.rules import CHAIN, Exposure, MemoryProjection, project_memory, trap_in_effect
 
 
 class Oomd(Check):
@@ -289,10 +289,9 @@ class Oomd(Check):
     def _projection(self, ctx: HostContext) -> Optional[MemoryProjection]:
         if ctx.config.arena_bytes is None:
             return None
-        pid = ctx.oomd.engine_pid
-        proc = ctx.engine_process if pid else None
-        a = assess_pool(ctx.hugepages, ctx.config, pid)
-        return project_memory(ctx.hugepages, ctx.config, a, proc.resident_bytes if proc else 0)
+        proc = ctx.engine_process
+        return project_memory(ctx.hugepages, ctx.config, ctx.pool_assessment,
+                              proc.resident_bytes if proc else 0)
 
     def _evidence(self, ctx: HostContext, facts: OomdFacts, exposure: Exposure) -> List[Evidence]:
         ev = [Evidence(facts.cgroup_source or "cgroup", facts.engine_cgroup or "")]

@@ -36,6 +36,7 @@ from strata_doctor.memory import (
 )
 from strata_doctor.oomd import OomdFacts, read_oomd
 from strata_doctor.parse import format_cpulist, parse_meminfo
+from strata_doctor.probe_data import SAVED_PATH, SavedProbe, read_saved
 from strata_doctor.processes import ProcessInfo, find_engine_pid, read_processes, read_uptime
 from strata_doctor.root import Root
 from strata_doctor.rules import Exposure, PoolAssessment, arena_headroom, assess_exposure, assess_pool
@@ -100,18 +101,18 @@ class HostContext:
         return read_configured_binding(self.root, self.config.unit)
 
     @cached_property
-    def engine_pid(self) -> Optional[int]:
-        """The engine's PID: its unit's MainPID, else (no loaded unit: started by hand or
-        from a desktop session) a process whose command line names the engine."""
-        if self.unit.main_pid or self.unit.loaded:
-            return self.unit.main_pid
-        return find_engine_pid(self.root, self.processes, self.config.unit)
+    def engine_process(self) -> Optional[EngineProcess]:
+        """The running engine: its unit's MainPID while the unit runs, otherwise the process
+        found as the engine started by hand (from a desktop session or a shell); None when
+        neither runs. Every check, rule and fact takes the engine from here."""
+        pid = self.unit.main_pid or find_engine_pid(self.root, self.processes, self.config.unit)
+        return read_process(self.root, pid) if pid else None
 
     @cached_property
-    def engine_process(self) -> Optional[EngineProcess]:
-        """The running engine, when its PID is known and still exists."""
-        pid = self.engine_pid
-        return read_process(self.root, pid) if pid else None
+    def engine_pid(self) -> Optional[int]:
+        """The running engine's PID (see :attr:`engine_process`); None when it does not run."""
+        proc = self.engine_process
+        return proc.pid if proc else None
 
     @cached_property
     def processes(self) -> Tuple[ProcessInfo, ...]:
@@ -127,6 +128,16 @@ class HostContext:
     def meminfo(self) -> Dict[str, int]:
         """``/proc/meminfo``, in bytes (page counts as they are)."""
         return parse_meminfo(self.root.read("/proc/meminfo") or "")
+
+    @cached_property
+    def saved_probe(self) -> Optional[SavedProbe]:
+        """What ``strata-doctor probe --save`` measured on this host (docs/probe.md); None
+        when it never ran. Unused, with the reason, when from another CPU or kernel."""
+        if not self.root.exists(SAVED_PATH):  # tested, not read: absence is no unreadable file
+            return None
+        text = self.root.read(SAVED_PATH)
+        return read_saved(text, self.why_unread(SAVED_PATH), self.cpu.model,
+                          self.root.read_value("/proc/sys/kernel/osrelease") if text else None)
 
     def why_unread(self, path: str) -> Optional[str]:
         """Why a file the facts needed could not be read (``missing``, an error), if it was not."""
@@ -207,14 +218,12 @@ class HostContext:
     @cached_property
     def oomd(self) -> OomdFacts:
         """systemd-oomd and the engine's cgroup under it."""
-        pid = self.engine_pid if self.engine_process else None
-        return read_oomd(self.root, self.unit, pid, self.processes, detect_container(self.root))
+        return read_oomd(self.root, self.unit, self.engine_pid, self.processes, detect_container(self.root))
 
     @cached_property
     def pool_assessment(self) -> PoolAssessment:
         """What the default hugepage pool does to the engine's next start."""
-        pid = self.unit.main_pid if self.engine_process else None
-        return assess_pool(self.hugepages, self.config, pid)
+        return assess_pool(self.hugepages, self.config, self.engine_pid)
 
     @cached_property
     def exposure(self) -> Exposure:

@@ -702,3 +702,62 @@ def test_fixture_memory_checks_never_crash(name: str) -> None:
     data = _fixture(name)
     for check_id in ("hugepages", "transparent-hugepages", "oomd"):
         assert status(data, check_id) != "crashed", next(c for c in data["checks"] if c["id"] == check_id)
+
+
+def test_desktop_engine_holding_its_own_pool_is_not_a_failing_map(tmp_path: Path) -> None:
+    """The engine started by hand (no unit) holds 23,984 of a 24,000-page pool: one engine
+    PID for every check, so its own pages count as available at its restart."""
+    import re
+    import shutil
+
+    host = tmp_path / "host"
+    shutil.copytree(_host("desktop-user-oomd"), host, symlinks=True)
+
+    def edit(path: str, old: str, new: str) -> None:
+        file = host / path.lstrip("/")
+        text = file.read_text()
+        assert re.search(old, text, re.M), (path, old)
+        file.write_text(re.sub(old, new, text, flags=re.M))
+
+    held_kb = 23984 * 2048
+    edit("/proc/meminfo", r"^HugePages_Total:.*$", "HugePages_Total:   24000")
+    edit("/proc/meminfo", r"^HugePages_Free:.*$", "HugePages_Free:       16")
+    edit("/proc/meminfo", r"^Hugetlb:.*$", f"Hugetlb:        {24000 * 2048} kB")
+    edit("/proc/9412/status", r"^HugetlbPages:.*$", f"HugetlbPages:\t{held_kb} kB")
+    files = {
+        f"{HP}/nr_hugepages": "24000\n", f"{HP}/free_hugepages": "16\n", f"{HP}/resv_hugepages": "0\n",
+        f"{HP}/surplus_hugepages": "0\n", f"{HP}/nr_overcommit_hugepages": "0\n",
+        "/proc/sys/vm/nr_hugepages": "24000\n",
+        "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages": "24000\n",
+        "/sys/devices/system/node/node0/hugepages/hugepages-2048kB/free_hugepages": "16\n",
+    }
+    write_tree(host, files)
+    result = run_cli(["check", "--root", str(host), "--format", "json"])
+    data = json.loads(result.stdout)
+    ids = {f"{f['check']}/{f['id']}": f for f in data["findings"]}
+    assert "hugepages/trap" not in ids and "hugepages/too-small" not in ids, sorted(ids)
+    assert not any("MAP_HUGETLB will fail" in f["summary"] for f in data["findings"])
+    assert "oomd/trap-chain" not in ids
+    assert ids["oomd/exposed"]["severity"] == "error" and "pid 9412" in ids["oomd/exposed"]["summary"]
+
+
+def test_cpu_contention_does_not_count_the_engine_started_by_hand(tmp_path: Path) -> None:
+    """No loaded unit: the engine found by its command line is not 'another process'."""
+    from strata_doctor.checks.cpu_contention import CpuContention
+    from strata_doctor.context import HostContext
+    from strata_doctor.engine import EngineConfig
+    from strata_doctor.root import Root
+
+    files = two_node_files()
+    files.update({
+        "/proc/4242/status": "Name:\tpython3\nPPid:\t1\nUid:\t1000\t1000\t1000\t1000\n"
+                             "Cpus_allowed_list:\t0-7\nHugetlbPages:\t0 kB\n",
+        "/proc/4242/stat": "4242 (python3) S 1" + " 0" * 9 + " 500 100 0 0 20 0 1 0 100 0 0\n",
+        "/proc/4242/cmdline": "python3\0serve/server.py\0",
+        "/proc/uptime": "1000.00 500.00\n",
+    })
+    ctx = HostContext(Root(str(write_tree(tmp_path, files))), EngineConfig())
+    assert ctx.engine_pid == 4242
+    check = CpuContention()
+    assert check.applies(ctx) is None
+    assert [f.id for f in check.run(ctx)] == ["reserved"]
