@@ -11,6 +11,7 @@ from strata_doctor.engine import SYSTEMD_VERSION, unit_command
 from strata_doctor.fixes import binding_fix_for
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.parse import format_cpulist
+from strata_doctor.probe_data import Remote, SavedProbe, remote_reads
 
 
 class NumaBinding(Check):
@@ -29,6 +30,10 @@ class NumaBinding(Check):
     allocation fails hard when the node fills). When the arena does not fit a sub-node
     (SNC/NPS), the socket's nodes are used with preferred-many (Linux 5.15+) or
     interleave. Silence with ``--ignore numa-binding`` or ``numa: off`` in the config.
+
+    When ``strata-doctor probe --save`` has left ``/var/lib/strata-doctor/probe.json`` for
+    this CPU model and kernel, the measured local/remote read bandwidth of the GPU's node
+    replaces the firmware's distance ratio, and the gain of binding is estimated from it.
     """
 
     id = "numa-binding"
@@ -94,6 +99,13 @@ class NumaBinding(Check):
             if ratio else ""
         )
         penalty = f"{ratio[0] / ratio[1]:.1f}x a local read" if ratio else "the remote penalty"
+        saved = ctx.saved_probe  # `strata-doctor probe --save`: measured beats the SLIT table
+        measured = remote_reads(saved.usable, gpu_node) if saved and saved.usable and gpu_node is not None \
+            else None
+        if measured:
+            ratio_text = (f"remote reads {measured.ratio:.1f}x slower ({measured.remote_gbps:.1f} vs "
+                          f"{measured.local_gbps:.1f} GB/s, measured)")
+            penalty = f"{measured.ratio:.1f}x the time of a local read (measured)"
         summary = (
             f"{ctx.config.unit} is not bound to the GPU's node {gpu_node}"
             if not state.wrong else f"{ctx.config.unit} is bound to the wrong node"
@@ -108,6 +120,11 @@ class NumaBinding(Check):
             f"expert read is local. Use --preferred, never --membind: a bound allocation fails "
             f"hard when the node fills, a preferred one spills."
         )
+        if saved:
+            detail += _measured_note(saved, measured, gpu_node)
+            if measured:
+                evidence += (Evidence(saved.path, f"node {measured.node}: {measured.local_gbps:.1f} GB/s "
+                                      f"local, {measured.remote_gbps:.1f} GB/s remote"),)
         if state.wrong:
             detail = state.wrong.capitalize() + ". " + detail
         if plan.reasons:
@@ -137,3 +154,19 @@ class NumaBinding(Check):
             if local and far:
                 ratios.append((max(far), local))
         return max(ratios) if ratios else None
+
+
+def _measured_note(saved: SavedProbe, measured: Optional[Remote], node: Optional[int]) -> str:
+    """What the saved probe result adds to the detail, or why it was not used."""
+    if measured is None:
+        why = saved.unused or f"it has no cells for node {node}"
+        return f" The saved probe result {saved.path} is not used: {why}; the ratio is the firmware's."
+    when = saved.result.created if saved.result and saved.result.created else "undated"
+    return (
+        f" Measured by `strata-doctor probe` ({saved.path}, {when}): node {measured.node}'s CPUs read "
+        f"{measured.local_gbps:.1f} GB/s from its own memory and {measured.remote_gbps:.1f} GB/s from "
+        "the other nodes'" + ("" if measured.verified else " (placement unverified)") + ". Unbound, "
+        f"first-touch leaves about {measured.nodes - 1}/{measured.nodes} of the reads remote, so "
+        f"binding should make a memory-bound pool {measured.gain_low:.0%} to {measured.gain_high:.0%} "
+        "faster (docs/probe.md)."
+    )

@@ -124,6 +124,37 @@ class Remote(NamedTuple):
         return self.local_gbps / self.remote_gbps
 
 
+class SavedProbe(NamedTuple):
+    """``/var/lib/strata-doctor/probe.json`` under the root, as ``check`` sees it."""
+
+    path: str
+    """The host path it was read from."""
+    result: Optional[ProbeResult]
+    """The matrix; None when the file cannot be used."""
+    unused: Optional[str] = None
+    """Why the file is not used (unreadable, malformed, another CPU or kernel); None when it is."""
+
+    @property
+    def usable(self) -> Optional[ProbeResult]:
+        """The matrix when it describes this host, else None."""
+        return self.result if self.unused is None else None
+
+
+def read_saved(text: Optional[str], why_unread: Optional[str], cpu_model: Optional[str],
+               kernel: Optional[str]) -> Optional[SavedProbe]:
+    """Judge the saved file's text: None when there is none; unused, with why, when it is
+    unreadable, malformed, or from another CPU model or kernel."""
+    if text is None:
+        if why_unread in (None, "missing"):
+            return None
+        return SavedProbe(SAVED_PATH, None, f"it could not be read ({why_unread})")
+    try:
+        result = from_json(text)
+    except (ValueError, TypeError, KeyError) as exc:
+        return SavedProbe(SAVED_PATH, None, f"it is not a probe result: {exc}")
+    return SavedProbe(SAVED_PATH, result, stale_reason(result, cpu_model, kernel))
+
+
 def to_dict(result: ProbeResult) -> Dict[str, Any]:
     """The ``strata-doctor/probe/1`` document."""
     return {

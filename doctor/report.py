@@ -285,6 +285,9 @@ class Report:
     """What could not be read without root, one line each."""
     live: bool
     """Whether this is the live host (not a captured tree)."""
+    measured: Optional[str] = None
+    """The saved ``strata-doctor probe`` matrix as text (and why check ignores it, if it
+    does); None when the host has none."""
 
 
 def build_report(ctx: HostContext, results: Sequence[CheckResult], code: int) -> Report:
@@ -306,9 +309,25 @@ def build_report(ctx: HostContext, results: Sequence[CheckResult], code: int) ->
         unreadable=(),
         root_would_add=(),
         live=root.live,
+        measured=measured_text(ctx),
     )
     # Commands and unreadable paths last: every read above must be in them.
     return _with_provenance(report, root)
+
+
+def measured_text(ctx: HostContext) -> Optional[str]:
+    """The saved probe matrix (read through ``ctx``, so a bundle carries the file)."""
+    from strata_doctor.probe_data import to_text
+
+    saved = ctx.saved_probe
+    if saved is None:
+        return None
+    if saved.result is None:
+        return f"{saved.path}: not used: {saved.unused}"
+    text = to_text(saved.result)
+    if saved.unused:
+        text += f"Not used by check: {saved.unused}.\n"
+    return text
 
 
 def _with_provenance(report: Report, root: Root) -> Report:
