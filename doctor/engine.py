@@ -18,7 +18,8 @@ from strata_doctor.parse import (
     parse_status,
 )
 from strata_doctor.root import Command, CommandResult, Root, command_key
-from strata_doctor.units import parse_ini, unit_file_paths, unit_setting
+from strata_doctor.unitfile import parse_ini, split_command
+from strata_doctor.units import unit_file_paths, unit_setting
 
 DEFAULT_CONFIG = "/etc/strata-doctor.yaml"
 CONFIG_SOURCE = "/.strata-doctor/config-source"
@@ -328,7 +329,7 @@ def _service_items(text: str) -> List[Tuple[str, str]]:
 
 
 def _numactl_prefix(exec_start: str) -> Optional[str]:
-    words = exec_start.lstrip("@-:+!").split()
+    words = split_command(exec_start.lstrip("@-:+!"))
     if not words:
         return None
     program = words[0].rsplit("/", 1)[-1]

@@ -24,7 +24,8 @@ from strata_doctor.engine import UnitState, read_unit, unit_command
 from strata_doctor.parse import parse_meminfo
 from strata_doctor.processes import ProcessInfo
 from strata_doctor.root import Command, CommandResult, Root
-from strata_doctor.units import parse_ini, unit_file_paths
+from strata_doctor.unitfile import parse_ini
+from strata_doctor.units import unit_file_paths
 
 OOMD_UNIT = "systemd-oomd.service"
 OOMCTL_DUMP = Command("oomctl-dump", ("oomctl", "dump"))

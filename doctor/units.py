@@ -10,29 +10,13 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from strata_doctor.root import Root
+from strata_doctor.unitfile import parse_ini
 
 RESERVED_UNITS = (("system.slice", "Slice"), ("user.slice", "Slice"), ("init.scope", "Scope"))
 """Top-level cgroups that ``fix --reserve-node`` moves off the engine's node, with their section."""
 UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system",
              "/lib/systemd/system")
 """Unit directories, most specific first."""
-
-
-def parse_ini(text: str) -> List[Tuple[str, str, str]]:
-    """(section, key, value) of a systemd-style INI file, in order."""
-    items: List[Tuple[str, str, str]] = []
-    section = ""
-    for raw in text.replace("\0", "").splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1].strip()
-            continue
-        key, sep, value = line.partition("=")
-        if sep:
-            items.append((section, key.strip(), value.strip()))
-    return items
 
 
 def unit_file_paths(root: Root, unit: str) -> List[str]:

@@ -28,7 +28,6 @@ from strata_doctor.memory import (
 )
 from strata_doctor.oomd import (
     cgroup_units,
-    parse_ini,
     parse_oomctl_dump,
     parse_oomd_journal,
     parse_percent,
@@ -44,6 +43,7 @@ from strata_doctor.parse import parse_meminfo, parse_mounts, parse_size
 from strata_doctor.processes import read_processes
 from strata_doctor.root import Root
 from strata_doctor.rules import CHAIN, HugepageNeed, assess_pool
+from strata_doctor.unitfile import parse_ini
 from tests.conftest import SHARED, write_tree
 
 GIB = 1024**3
