@@ -103,8 +103,10 @@ class NumaBinding(Check):
         measured = remote_reads(saved.usable, gpu_node) if saved and saved.usable and gpu_node is not None \
             else None
         if measured:
-            ratio_text = (f"remote reads {measured.ratio:.1f}x slower ({measured.remote_gbps:.1f} vs "
-                          f"{measured.local_gbps:.1f} GB/s, measured)")
+            ratio_text = (f"remote reads {measured.ratio:.1f}x slower" if measured.ratio >= 1 else
+                          f"remote reads no slower ({measured.ratio:.1f}x")
+            ratio_text += (" (" if measured.ratio >= 1 else ": ") + (
+                f"{measured.remote_gbps:.1f} vs {measured.local_gbps:.1f} GB/s, measured)")
             penalty = f"{measured.ratio:.1f}x the time of a local read (measured)"
         summary = (
             f"{ctx.config.unit} is not bound to the GPU's node {gpu_node}"
@@ -167,6 +169,7 @@ def _measured_note(saved: SavedProbe, measured: Optional[Remote], node: Optional
         f"{measured.local_gbps:.1f} GB/s from its own memory and {measured.remote_gbps:.1f} GB/s from "
         "the other nodes'" + ("" if measured.verified else " (placement unverified)") + ". Unbound, "
         f"first-touch leaves about {measured.nodes - 1}/{measured.nodes} of the reads remote, so "
-        f"binding should make a memory-bound pool {measured.gain_low:.0%} to {measured.gain_high:.0%} "
-        "faster (docs/probe.md)."
+        + (f"binding should make a memory-bound pool {measured.gain_low:.0%} to {measured.gain_high:.0%} "
+           "faster (docs/probe.md)." if measured.gain_high > 0.005 else
+           "binding gains nothing measurable for memory reads here (docs/probe.md).")
     )

@@ -46,6 +46,8 @@ PIECE = 8 * MiB
 """One ``memchr`` call reads at most this much, so a stop is seen within milliseconds."""
 LATENCY_FALLBACK = 256 * MiB
 """The chase buffer when the kernel does not say how large the caches are."""
+RESOLUTION = 0.1
+"""A latency is given only when the memory's part is at least this share of a step."""
 HEADROOM = 64 * MiB
 """Free memory a node keeps beyond the probe's buffer."""
 
@@ -138,6 +140,8 @@ class Probe:
         self._key = ctypes.create_string_buffer(b"\x02")
         self._other = ctypes.create_string_buffer(b"\x01")
         self._overhead: Dict[int, float] = {}
+        self.unresolved: List[str] = []
+        """Cells whose latency could not be told apart from the chase's own cost."""
 
     # -- the run -------------------------------------------------------------
     def run(self) -> ProbeResult:
@@ -167,7 +171,7 @@ class Probe:
             latency_bytes=plan.latency_bytes, llc_bytes=plan.llc_bytes,
             chase_overhead_ns=overhead,
             created=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
-            notes=plan.notes,
+            notes=plan.notes + tuple(self.unresolved),
         )
 
     # -- memory --------------------------------------------------------------
@@ -277,7 +281,14 @@ class Probe:
             # glibc's tfind picks the next node with a cmov on strcmp's result, so the
             # comparison is on every step's critical path: subtract its L1-resident cost.
             raw = elapsed / (calls * steps) * 1e9
-            result.append(max(raw - self._overhead[cpu.id], 0.0))
+            net = raw - self._overhead[cpu.id]
+            if net < RESOLUTION * raw:
+                self.unresolved.append(
+                    f"cpu node {cpu.id} -> memory node {mem.id}: a chase step took {raw:.1f} ns, "
+                    f"hardly more than the chase's own {self._overhead[cpu.id]:.1f} ns, so no "
+                    "latency is given (other load, or an emulated CPU)")
+                return
+            result.append(net)
 
         try:
             self._run_threads([chaser])

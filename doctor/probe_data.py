@@ -251,8 +251,8 @@ def _cell(row: Any, index: int) -> Cell:
     for key in ("read_gbps", "latency_ns"):
         value = row.get(key)
         number = _optional_float(value)
-        if value is not None and (number is None or number <= 0):
-            raise ValueError(f"matrix[{index}].{key} is not a positive number")
+        if value is not None and (number is None or number < 0):
+            raise ValueError(f"matrix[{index}].{key} is not a number >= 0")
         values.append(number)
     return Cell(row["cpu_node"], row["mem_node"], values[0], values[1], placed, row["threads"])
 

@@ -123,6 +123,16 @@ def test_pages_elsewhere_make_the_cell_unverified() -> None:
     assert all(row["verified"] is False for row in data["matrix"])
 
 
+def test_a_latency_lost_in_the_chase_cost_is_left_out_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probe.Probe, "step_overhead", lambda self: 1e9)
+    result = run_fake(FakeSystem(two_nodes()))
+    assert all(c.latency_ns is None and c.read_gbps for c in result.cells)
+    assert sum("so no latency is given" in n for n in result.notes) == 4
+    assert "       0          -         -" in probe_data.to_text(result)
+    text = probe_data.to_json(result)
+    assert probe_data.to_json(probe_data.from_json(text)) == text
+
+
 def test_threads_option_sets_the_reading_threads() -> None:
     result = run_fake(FakeSystem(two_nodes()), threads=3)
     assert {c.threads for c in result.cells} == {3}
@@ -227,7 +237,7 @@ def test_json_schema_round_trips() -> None:
     ('{"schema": "strata-doctor/probe/1", "matrix": [{"cpu_node": 0, "mem_node": 0, "threads": 1,'
      ' "placed_fraction": 2}]}', "placed_fraction is not a fraction"),
     ('{"schema": "strata-doctor/probe/1", "matrix": [{"cpu_node": 0, "mem_node": 0, "threads": 1,'
-     ' "placed_fraction": 1, "read_gbps": -1}]}', "read_gbps is not a positive number"),
+     ' "placed_fraction": 1, "read_gbps": -1}]}', "read_gbps is not a number >= 0"),
 ])
 def test_bad_saved_files_say_what_is_wrong(text: str, words: str) -> None:
     with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
