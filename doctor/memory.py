@@ -203,13 +203,18 @@ def parse_hugetlb_numa_maps(text: str) -> Dict[int, int]:
         counts: List[Tuple[int, int]] = []
         for word in words:
             key, _, value = word.partition("=")
-            if key == "kernelpagesize_kB" and value.isdigit():
+            # ASCII digits, at most 64 (int() refuses 4,300 and '²'): a kernel number
+            if key == "kernelpagesize_kB" and _uint(value):
                 page = int(value) * 1024
-            elif key[:1] == "N" and key[1:].isdigit() and value.isdigit():
+            elif key[:1] == "N" and _uint(key[1:]) and _uint(value):
                 counts.append((int(key[1:]), int(value)))
         for node, pages in counts:
             per_node[node] = per_node.get(node, 0) + pages * (page or DEFAULT_PAGE)
     return per_node
+
+
+def _uint(text: str) -> bool:
+    return 0 < len(text) <= 64 and text.isascii() and text.isdigit()
 
 
 def parse_passwd(text: str) -> Dict[int, str]:
@@ -217,7 +222,7 @@ def parse_passwd(text: str) -> Dict[int, str]:
     users: Dict[int, str] = {}
     for line in text.splitlines():
         fields = line.split(":")
-        if len(fields) >= 3 and fields[2].isdigit():
+        if len(fields) >= 3 and _uint(fields[2]):
             users.setdefault(int(fields[2]), fields[0])
     return users
 
