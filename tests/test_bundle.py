@@ -7,19 +7,17 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import tarfile
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import pytest
 
 from strata_doctor.bundle import TOP, unpack
 from tests.conftest import HOSTS, run_cli, two_node_files, write_tree
-from tests.test_report import planted_files
-
-ROUND_TRIP_HOSTS = sorted(p.name for p in HOSTS.iterdir() if p.is_dir()) if HOSTS.is_dir() else []
-ONE_MIB = 2**20
+from tests.test_report import archive_views, planted_files
 
 
 def check_json(*args: str) -> Dict[str, Any]:
@@ -51,29 +49,7 @@ def read_member(bundle: Path, name: str) -> bytes:
         return handle.read()
 
 
-# -- replay ------------------------------------------------------------------------
-@pytest.mark.parametrize("host", ROUND_TRIP_HOSTS)
-def test_fixture_round_trip(host: str, tmp_path: Path) -> None:
-    # Unredacted, a replay must match byte for byte in every fact and finding.
-    bundle = make_bundle(HOSTS / host, tmp_path / "b.tar.gz", "--no-redact")
-    assert check_json("--bundle", str(bundle)) == check_json("--root", str(HOSTS / host))
-    assert bundle.stat().st_size < ONE_MIB
-
-
-@pytest.mark.parametrize("host", ROUND_TRIP_HOSTS)
-def test_redacted_fixture_round_trip_keeps_every_verdict(host: str, tmp_path: Path) -> None:
-    # Redaction rewrites private strings (a scope's UUID, a user name), never a verdict.
-    bundle = make_bundle(HOSTS / host, tmp_path / "b.tar.gz")
-
-    def verdicts(data: Dict[str, Any]) -> List[Any]:
-        return [(f["check"], f["id"], f["severity"]) for f in data["findings"]]
-
-    replayed = check_json("--bundle", str(bundle))
-    original = check_json("--root", str(HOSTS / host))
-    assert verdicts(replayed) == verdicts(original)
-    assert replayed["facts"]["numa"] == original["facts"]["numa"]
-
-
+# -- replay (every host: tests/test_replay.py) --------------------------------------
 def test_planted_round_trip_through_unpacked_folder(tmp_path: Path) -> None:
     root = write_tree(tmp_path / "h", planted_files())
     bundle = make_bundle(root, tmp_path / "b.tar.gz")
@@ -96,29 +72,6 @@ def test_settings_given_on_the_command_line_travel(tmp_path: Path) -> None:
     replayed = check_json("--bundle", str(bundle))
     assert replayed == expected
     assert replayed["engine"]["arena_bytes"] == 10 * 2**30
-
-
-def test_live_host_bundle_replays_with_the_same_findings(tmp_path: Path) -> None:
-    if not Path("/proc/self/status").exists() or not Path("/sys/devices/system").exists():
-        pytest.skip("needs a Linux /proc and /sys")
-    bundle = tmp_path / "live.tar.gz"
-    result = run_cli(["report", "--bundle", str(bundle)])
-    assert result.exit_code == 0, result.stderr
-    saved = json.loads(read_member(bundle, f"{TOP}/check.json"))
-    replayed = check_json("--bundle", str(bundle))
-    assert replayed == saved
-    live = check_json()
-    assert _finding_keys(live) == _finding_keys(replayed)
-    manifest = json.loads(read_member(bundle, f"{TOP}/manifest.json"))
-    reasons = {row["what"]: row["reason"] for row in manifest["unreadable"]}
-    assert all(reasons.values()), "every missing piece says why"
-    if shutil.which("nvidia-smi") is None:
-        assert reasons["$ nvidia-smi"] == "not found"
-    assert bundle.stat().st_size < ONE_MIB
-
-
-def _finding_keys(data: Dict[str, Any]) -> List[Any]:
-    return [(f["check"], f["id"], f["severity"]) for f in data["findings"]]
 
 
 # -- manifest and archive ----------------------------------------------------------
@@ -252,3 +205,105 @@ def test_a_file_that_is_not_a_bundle_is_one_line_exit_2(tmp_path: Path) -> None:
     result = run_cli(["check", "--bundle", str(junk)])
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1 and str(junk) in result.stderr
+
+
+# -- secrets stay on the host (docs/report.md, "Redaction") -------------------------
+SECRETS = (
+    "sk-PLANTED-api-key", "hf_PLANTEDtoken", "PLANTED-db-pass", "PLANTED/aws+secret", "PLANTED-cookie",
+    "PLANTED-url-pass", "PLANTED-json-pw", "PLANTED-env-token", "PLANTED-env-aws", "PLANTED-sshpass",
+    "PLANTED-other-host", "PLANTED-unit-token", "PLANTED-exec-key", "PLANTED-ca-path",
+)
+"""Credentials planted in command lines, environments, JSON arguments and the unit file."""
+ENGINE_CMDLINE = "\0".join((
+    "python3", "serve/server.py", "--api-key", "sk-PLANTED-api-key", "--hf-token=hf_PLANTEDtoken",
+    "DB_PASSWORD=PLANTED-db-pass", "--env",
+    '{"AWS_CA_BUNDLE": "/etc/ssl/PLANTED-ca-path.pem", "AWS_SECRET_ACCESS_KEY": "PLANTED/aws+secret"}',
+    "--session-cookie", "PLANTED-cookie", "--db", "postgres://strata:PLANTED-url-pass@db:5432/moe",
+    "--opts", '{"auth": {"user": "svc", "password": "PLANTED-json-pw"}, "workers": 44}',
+    "--port", "8000", "",
+))
+
+
+def _process(pid: int, name: str, uid: int) -> Dict[str, str]:
+    stat = f"{pid} ({name}) S 1 {pid} {pid} 0 -1 0 0 0 0 0 500 100 0 0 20 0 1 0 4000 " + "0 " * 31
+    return {
+        f"/proc/{pid}/status": f"Name:\t{name}\nPPid:\t1\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+                               "Cpus_allowed_list:\t0-7\nHugetlbPages:\t0 kB\n",
+        f"/proc/{pid}/stat": stat.rstrip() + "\n",
+    }
+
+
+def secret_files() -> Dict[str, str]:
+    """The planted host, an engine started by hand with secrets on its command line and
+    in its environment, another process with a password on its command line, and a unit
+    file with a token."""
+    files = planted_files()
+    files.update(_process(4242, "python3", 1000))
+    files.update(_process(777, "sshpass", 1000))
+    files["/proc/4242/cmdline"] = ENGINE_CMDLINE
+    files["/proc/4242/environ"] = "HF_TOKEN=PLANTED-env-token\0"  # read by no check
+    files["/proc/1/environ"] = "HF_TOKEN=PLANTED-env-token\0AWS_SECRET_ACCESS_KEY=PLANTED-env-aws\0"
+    files["/proc/777/cmdline"] = "sshpass\0-p\0PLANTED-sshpass\0ssh\0PLANTED-other-host\0"
+    files["/proc/uptime"] = "90000.00 170000.00\n"
+    files["/etc/systemd/system/strata.service"] += (
+        "Environment=HF_TOKEN=PLANTED-unit-token\n"
+        "ExecStartPre=/usr/bin/strata-fetch --api-key PLANTED-exec-key\n"
+    )
+    return files
+
+
+def test_secrets_are_absent_from_the_report_and_every_byte_of_the_bundle(tmp_path: Path) -> None:
+    root = write_tree(tmp_path / "h", secret_files())
+    bundle = tmp_path / "b.tar.gz"
+    markdown = run_cli(["report", "--root", str(root), "--bundle", str(bundle)])
+    assert markdown.exit_code == 0, markdown.stderr
+    data = run_cli(["report", "--root", str(root), "--format", "json"])
+    assert data.exit_code == 0, data.stderr
+    views = {"Markdown": markdown.stdout.encode(), "JSON": data.stdout.encode(), **archive_views(bundle)}
+    for where, content in views.items():
+        for secret in SECRETS:
+            assert secret.encode() not in content, f"{secret!r} survived in {where}"
+
+    # The engine's command line is kept, masked, so the replay finds the same engine.
+    cmdline = read_member(bundle, f"{TOP}/proc/4242/cmdline").split(b"\0")
+    assert cmdline[:3] == [b"python3", b"serve/server.py", b"--api-key"]
+    assert b"--port" in cmdline and b"8000" in cmdline and b"AWS_CA_BUNDLE" in b" ".join(cmdline)
+    assert all(re.fullmatch(rb"secret-\d+", cmdline[i + 1]) for i, w in enumerate(cmdline)
+               if w in (b"--api-key", b"--session-cookie"))
+    # Another process's command line says nothing about the engine: it stays home.
+    assert f"{TOP}/proc/777/cmdline" not in members(bundle)
+    assert f"{TOP}/proc/777/status" in members(bundle)
+    assert f"{TOP}/proc/4242/environ" not in members(bundle)
+    assert read_member(bundle, f"{TOP}/proc/1/environ") == b"HF_TOKEN=\0AWS_SECRET_ACCESS_KEY=\0"
+
+    manifest = json.loads(read_member(bundle, f"{TOP}/manifest.json"))
+    masked = manifest["redactions"]["secret"]
+    assert masked >= 9  # seven on the command line (two in JSON), two in the unit file
+    assert f"{masked} secrets" in markdown.stdout
+    replayed = check_json("--bundle", str(bundle))
+    assert replayed == json.loads(read_member(bundle, f"{TOP}/check.json"))
+    engine = check_json("--root", str(root))["facts"]
+    assert json.dumps(engine).count("4242") == json.dumps(replayed["facts"]).count("4242") > 0
+
+
+def test_command_line_secrets_are_masked_without_redaction_too(tmp_path: Path) -> None:
+    root = write_tree(tmp_path / "h", secret_files())
+    bundle = make_bundle(root, tmp_path / "b.tar.gz", "--no-redact")
+    everything = b"".join(archive_views(bundle).values())
+    for secret in SECRETS[:10]:  # command lines and environments; the unit file is kept
+        assert secret.encode() not in everything, secret
+    assert b"PLANTED-unit-token" in read_member(bundle, f"{TOP}/etc/systemd/system/strata.service")
+
+
+def test_passwd_loses_its_gecos_field(tmp_path: Path) -> None:
+    root = Path(shutil.copytree(HOSTS / "hugetlbfs-orphans", tmp_path / "h", symlinks=True))
+    passwd = root / "etc/passwd"
+    gecos = "Maria Kowalski,Room 12,555-0199"
+    passwd.write_text(passwd.read_text().replace("Strata inference engine", gecos))
+    bundle = make_bundle(root, tmp_path / "b.tar.gz")
+    for where, content in archive_views(bundle).items():
+        assert b"Maria" not in content and b"555-0199" not in content, where
+    rows = [line.split(b":") for line in read_member(bundle, f"{TOP}/etc/passwd").splitlines()]
+    assert rows and all(len(row) == 7 and row[4] == b"" for row in rows)
+    assert [b"strata", b"x", b"990", b"990", b"", b"/opt/strata", b"/usr/sbin/nologin"] in rows
+    assert check_json("--bundle", str(bundle)) == json.loads(read_member(bundle, f"{TOP}/check.json"))

@@ -3,7 +3,9 @@ PCI addresses or times, and identity files read without being recorded."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import List
 
 from strata_doctor.redact import Redactor
 from strata_doctor.root import Root
@@ -120,3 +122,59 @@ def test_cgroup_v2_lines_are_not_ipv6_addresses() -> None:
     assert redactor.text("0::/system.slice/strata.service\n0::/\n") == (
         "0::/system.slice/strata.service\n0::/\n"
     )
+
+
+# -- command lines (docs/report.md, "Redaction") ------------------------------------
+def _masked(*words: str) -> List[str]:
+    r = Redactor()
+    return r.command_line("\0".join(words).encode()).decode().split("\0")
+
+
+def test_secret_options_lose_their_values() -> None:
+    words = _masked("serve", "--api-key", "sk-1", "--hf-token=hf_2", "--auth-file", "/run/a",
+                    "--port", "8000", "--session-cookie", "c3", "--password", "--verbose")
+    assert words == ["serve", "--api-key", "secret-1", "--hf-token=secret-2", "--auth-file", "secret-3",
+                     "--port", "8000", "--session-cookie", "secret-4", "--password", "--verbose"]
+
+
+def test_negated_flags_take_no_value() -> None:
+    assert _masked("serve", "--no-auth", "model.gguf") == ["serve", "--no-auth", "model.gguf"]
+
+
+def test_name_value_words_and_url_passwords() -> None:
+    words = _masked("env", "DB_PASSWORD=hunter2", "AWS_SECRET_ACCESS_KEY=abc", "HOME=/root",
+                    "postgres://moe:pw9@db:5432/x", "https://example.org/path")
+    assert words == ["env", "DB_PASSWORD=secret-1", "AWS_SECRET_ACCESS_KEY=secret-2", "HOME=/root",
+                     "postgres://moe:secret-3@db:5432/x", "https://example.org/path"]
+
+
+def test_json_values_under_secret_keys() -> None:
+    words = _masked("serve", "--opts", '{"auth": {"user": "svc", "pw": "p"}, "workers": 4, '
+                    '"list": ["SESSION_ID=s1", "x"]}')
+    assert json.loads(words[2]) == {"auth": {"user": "secret-1", "pw": "secret-2"}, "workers": 4,
+                                    "list": ["SESSION_ID=secret-3", "x"]}
+
+
+def test_environment_options_keep_names_only() -> None:
+    words = _masked("serve", "--env", '{"AWS_CA_BUNDLE": "/etc/ssl/ca.pem", "AWS_SECRET_ACCESS_KEY": "k"}',
+                    "--env=LOG_LEVEL=debug")
+    assert json.loads(words[2]) == {"AWS_CA_BUNDLE": "secret-1", "AWS_SECRET_ACCESS_KEY": "secret-2"}
+    assert words[3] == "--env=LOG_LEVEL=secret-3"
+
+
+def test_json_that_does_not_parse_is_masked_pair_by_pair() -> None:
+    words = _masked("serve", '{"token": "cut-sho', '{\\"api_key\\": \\"abc\\", \\"n\\": \\"y\\"}')
+    assert words[1] == '{"token": "secret-1'
+    assert words[2] == '{\\"api_key\\": \\"secret-2\\", \\"n\\": \\"y\\"}'
+
+
+def test_command_line_masking_counts_and_works_without_redaction() -> None:
+    r = Redactor(enabled=False)
+    masked = r.command_line(b"serve\0--token\0t1\0--token\0t1\0--key\0k2\0")
+    assert masked == b"serve\0--token\0secret-1\0--token\0secret-1\0--key\0secret-2\0"
+    assert r.counts() == {"secret": 2}
+
+
+def test_bytes_that_are_not_utf8_survive_in_command_lines() -> None:
+    r = Redactor()
+    assert r.command_line(b"serve\0\xff\xfe\0--token\0\xff1\0") == b"serve\0\xff\xfe\0--token\0secret-1\0"
