@@ -77,10 +77,10 @@ def probe_command(root: Optional[str], bundle: Optional[str], seconds: float, si
     _clear(progress)
     result = result._replace(gpu_status=status, gpu_reason=reason, gpu=copies)
     text = probe_data.to_json(result)
-    if save:
+    click.echo(text if fmt == "json" else probe_data.to_text(result), nl=False)
+    if save:  # after the output: a failed save (not root?) must not lose the figures
         path = save_result(Path(SAVE_ROOT), text)
         click.echo(f"saved {path}", err=True)
-    click.echo(text if fmt == "json" else probe_data.to_text(result), nl=False)
 
 
 def save_result(root: Path, text: str) -> str:
@@ -89,16 +89,16 @@ def save_result(root: Path, text: str) -> str:
     from strata_doctor.probe_data import SAVED_PATH
     from strata_doctor.root import Root
 
+    shown = str(root).rstrip("/") + SAVED_PATH
     host = Root(root)
-    directory = host.path(os.path.dirname(SAVED_PATH))
     try:
-        os.makedirs(directory, 0o755, exist_ok=True)
+        os.makedirs(host.path(os.path.dirname(SAVED_PATH)), 0o755, exist_ok=True)
         atomic_write(host, SAVED_PATH, text.encode(), 0o644)
     except OSError as exc:
-        raise UsageFailure(f"cannot save {host.path(SAVED_PATH)}: {exc.strerror or exc}") from None
+        raise UsageFailure(f"cannot save {shown}: {exc.strerror or exc}") from None
     except ApplyError as exc:  # a symlink in its place: never written through
-        raise UsageFailure(f"cannot save {host.path(SAVED_PATH)}: {exc}") from None
-    return str(host.path(SAVED_PATH))
+        raise UsageFailure(f"cannot save {shown}: {exc}") from None
+    return shown
 
 
 def _progress_line() -> Any:

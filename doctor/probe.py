@@ -265,7 +265,7 @@ class Probe:
             system.pin([cpu.cpus[0]])
             if cpu.id not in self._overhead:
                 self._overhead[cpu.id] = self.step_overhead()
-            system.memset(base, 0, size)  # first touch, from the CPU node
+            # build_chain writes the whole buffer in address order: the first touch, here.
             first, last, steps = build_chain(base, size, self.rng, ctypes.addressof(self._other),
                                              ctypes.addressof(self._key))
             root = ctypes.c_uint64(first)
@@ -410,16 +410,19 @@ def build_chain(base: int, size: int, rng: random.Random, key: int, end_key: int
     every 64 KiB block once, in one random block order, at one line offset; the even
     offsets come first and the odd ones after in the same order, so a line's pair-mate,
     which the adjacent-line prefetcher fetches with it, comes half a chain later, long
-    after it was evicted. Every
-    line is visited exactly once. All nodes but the last point at ``key``; the last one
-    at ``end_key``, so ``tfind`` returns it only after walking the whole chain.
+    after it was evicted. Every line is visited exactly once. All nodes but the last
+    point at ``key``; the last one at ``end_key``, so ``tfind`` returns it only after
+    walking the whole chain.
 
-    Writing is one strided slice per round (C speed), so a 1 GiB chain takes well under
-    a second of Python.
+    Every node of a block points at the same line of the block that follows it in the
+    order, so the buffer is written in address order, at C speed: one template block
+    (keys, and each line's own offset in the low 16 bits of ``right``) copied over the
+    whole buffer, which is also the first touch; then, per block, the upper 48 bits of
+    its 1024 ``right`` fields (the next block's address) as three strided slices; then
+    the 1024 round-ends of the last block.
     """
     blocks = size // BLOCK
     lines = BLOCK // LINE
-    words = memoryview((ctypes.c_char * size).from_address(base)).cast("B").cast("Q")
     order = list(range(blocks))
     rng.shuffle(order)
     successor = [0] * blocks
@@ -428,20 +431,48 @@ def build_chain(base: int, size: int, rng: random.Random, key: int, end_key: int
     even = list(range(0, lines, 2))
     rng.shuffle(even)
     line_order = even + [line + 1 for line in even]  # every pair-mate half a chain later
-    values = array("Q", [base + s * BLOCK for s in successor])
-    low = memoryview(values).cast("B").cast("H")
-    low_index = 0 if sys.byteorder == "little" else 3
-    keys = array("Q", [key]) * blocks
-    stride = BLOCK // 8
+    little = sys.byteorder == "little"
+    # The template block.
+    template = array("Q", bytes(BLOCK))
+    template[0::8] = array("Q", [key]) * lines
+    halves = memoryview(template).cast("B").cast("H")
+    halves[(2 * 4 + (0 if little else 3))::32] = array("H", [line * LINE for line in range(lines)])
+    halves.release()
+    start, _ = template.buffer_info()
+    ctypes.memmove(base, start, BLOCK)
+    done = BLOCK
+    while done < size:  # doubling copies: a few large memmoves
+        n = min(done, size - done)
+        ctypes.memmove(base + done, base, n)
+        done += n
+    # Each block's right fields: bits 16-63 of the next block's address.
+    view = memoryview((ctypes.c_char * size).from_address(base)).cast("B")
+    words = view.cast("Q")
+    h = view.cast("H")
+    per_block = BLOCK // 2
+    constant: Dict[int, array[int]] = {}
+    for b in range(blocks):
+        target = base + successor[b] * BLOCK
+        first = b * per_block + 2 * 4
+        for part in (1, 2, 3):
+            value = (target >> (16 * part)) & 0xFFFF
+            if not value:
+                continue  # the template holds zeros
+            fill = constant.get(value)
+            if fill is None:
+                fill = array("H", [value]) * lines
+                if len(constant) < 64:
+                    constant[value] = fill
+            offset = part if little else 3 - part
+            h[first + offset:(b + 1) * per_block:32] = fill
+    # The last block of the order ends every round: on to the first block, next line.
     last_block = order[-1]
     for k, line in enumerate(line_order):
-        low[low_index::4] = array("H", [line * LINE]) * blocks
         following = line_order[k + 1] if k + 1 < lines else None
-        values[last_block] = 0 if following is None else base + order[0] * BLOCK + following * LINE
-        words[line * 8::stride] = keys
-        words[line * 8 + 2::stride] = values
+        word = (last_block * BLOCK + line * LINE) // 8 + 2
+        words[word] = 0 if following is None else base + order[0] * BLOCK + following * LINE
     last = base + last_block * BLOCK + line_order[-1] * LINE
     words[(last - base) // 8] = end_key
-    low.release()
-    words.release()
+    for v in (h, words, view):
+        v.release()
     return base + order[0] * BLOCK + line_order[0] * LINE, last, blocks * lines

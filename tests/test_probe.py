@@ -322,13 +322,26 @@ def test_probe_json_and_save(fake_cli: Callable[..., object], tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     saved = tmp_path / "var/lib/strata-doctor/probe.json"
     text = saved.read_text()
-    assert result.output.endswith(text)  # stderr ("saved ...") comes first in the mixed output
+    assert result.stdout == text
+    assert result.stderr == f"saved {saved}\n"
     data = json.loads(text)
     assert data["schema"] == SCHEMA and len(data["matrix"]) == 4
     assert data["gpu"] == {"status": "skipped", "reason": "--no-gpu", "copies": []}
     assert saved.stat().st_mode & 0o777 == 0o644
     assert made[0].live == {}  # type: ignore[index]
     assert not list(saved.parent.glob(".*tmp"))  # the atomic writer's temporary is gone
+
+
+def test_a_failed_save_keeps_the_figures_and_says_why(fake_cli: Callable[..., object],
+                                                       tmp_path: Path) -> None:
+    fake_cli()
+    (tmp_path / "var").write_text("not a folder")
+    result = run_cli(["probe", "--size", "8MiB", "--seconds", "0.1", "--no-gpu", "--save"])
+    assert result.exit_code == 2
+    assert "Read bandwidth (GB/s)" in result.stdout
+    assert result.stderr.startswith(
+        f"strata-doctor: error: cannot save {tmp_path}/var/lib/strata-doctor/probe.json: ")
+    assert result.stderr.count("\n") == 1
 
 
 def test_probe_text_output(fake_cli: Callable[..., object]) -> None:
