@@ -9,10 +9,8 @@ directory, then a rename), so neither reader ever sees half a file. See docs/fle
 
 from __future__ import annotations
 
-import os
 import re
 import sys
-import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from strata_doctor import __version__
@@ -34,20 +32,12 @@ def emit(fmt: str, ctx: HostContext, results: Sequence[CheckResult], code: int,
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Replace ``path`` with ``text``: temporary file in the same directory, fsync, rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".strata-doctor.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; the collector may run as another user
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Replace ``path`` with ``text`` under doctor/output.py's rule (``-`` is standard
+    output; folders, FIFOs, devices and symlinks are refused): a temporary file in the same
+    directory, fsync, rename; mode 0644, as the collector may run as another user."""
+    from strata_doctor.output import write_text
+
+    write_text(path, text, 0o644)
 
 
 # -- facts both formats share -------------------------------------------------
