@@ -405,11 +405,14 @@ def manifest_data(captured: Capture, members: List[Entry], redactor: Redactor) -
         "redactions": redactor.counts(),
         "entries": rows,
         "unreadable": [{"what": what, "reason": why} for what, why in captured.unreadable],
-        "listings": [{"path": p, "host_entries": n, "kept": k} for p, n, k in captured.listings],
+        "listings": [{"path": p, "host_entries": n, "empty_stand_ins": k} for p, n, k in captured.listings],
         "notes": [
-            f"{DEFAULT_CONFIG} holds the engine settings in effect when the bundle was written.",
-            "Listed folders keep only the entries something was read below.",
+            f"{DEFAULT_CONFIG} holds the engine settings in effect when the bundle was written;"
+            f" {CONFIG_SOURCE} says where they came from on the host (empty: the command line).",
+            "Listed folders keep every name; entries nothing was read below are empty stand-ins.",
             "Process environments (/proc/PID/environ) keep variable names, not values.",
+            "Command lines (/proc/PID/cmdline) are kept only where they name the engine or"
+            " strata-doctor, with secret-looking values masked; /etc/passwd has no GECOS field.",
         ],
     }
 
