@@ -46,6 +46,10 @@ PIECE = 8 * MiB
 """One ``memchr`` call reads at most this much, so a stop is seen within milliseconds."""
 LATENCY_FALLBACK = 256 * MiB
 """The chase buffer when the kernel does not say how large the caches are."""
+MIN_PHASE = 0.05
+"""The shortest measurement, whatever is left of ``--seconds``."""
+SEGMENT = 65536
+"""Least chase steps per ``tfind`` call: Python's cost per call is then far below 0.1%."""
 RESOLUTION = 0.1
 """A latency is given only when the memory's part is at least this share of a step."""
 HEADROOM = 64 * MiB
@@ -142,12 +146,24 @@ class Probe:
         self._overhead: Dict[int, float] = {}
         self.unresolved: List[str] = []
         """Cells whose latency could not be told apart from the chase's own cost."""
+        self.deadline = 0.0
+        """When the whole run should end (``--seconds`` after its start)."""
+        self.phases_left = 0
+        """Measurements still to come, each taking an equal share of the time left."""
+
+    def budget(self) -> float:
+        """Measuring time of the next phase: an equal share of what is left of the run,
+        taken after the phase's buffer is set up, so setting up counts against the total."""
+        left = (self.deadline - self.system.clock()) / max(1, self.phases_left)
+        self.phases_left -= 1
+        return max(MIN_PHASE, left)
 
     # -- the run -------------------------------------------------------------
     def run(self) -> ProbeResult:
         """Measure every cell; the buffers are freed before this returns or raises."""
         plan = self.plan
-        share = plan.seconds / (2 * plan.cells)
+        self.deadline = self.system.clock() + plan.seconds
+        self.phases_left = 2 * plan.cells
         cells: List[Cell] = []
         try:
             done = 0
@@ -156,10 +172,10 @@ class Probe:
                     done += 1
                     self.progress(f"cpu node {cpu.id} -> memory node {mem.id} "
                                   f"({done}/{plan.cells}): bandwidth")
-                    gbps, threads, placed_bw = self.bandwidth(cpu, mem, share)
+                    gbps, threads, placed_bw = self.bandwidth(cpu, mem)
                     self.progress(f"cpu node {cpu.id} -> memory node {mem.id} "
                                   f"({done}/{plan.cells}): latency")
-                    latency, placed_lat = self.latency(cpu, mem, share)
+                    latency, placed_lat = self.latency(cpu, mem)
                     cells.append(Cell(cpu.id, mem.id, gbps, latency, min(placed_bw, placed_lat), threads))
         finally:
             self.stop.set()
@@ -198,7 +214,7 @@ class Probe:
         return status.count(node) / len(status) if len(status) else 0.0
 
     # -- bandwidth -------------------------------------------------------------
-    def bandwidth(self, cpu: NodeInfo, mem: NodeInfo, seconds: float) -> Tuple[float, int, float]:
+    def bandwidth(self, cpu: NodeInfo, mem: NodeInfo) -> Tuple[float, int, float]:
         """Read GB/s of ``cpu``'s threads over memory on ``mem``, threads, placed fraction."""
         system = self.system
         count = self.plan.threads or len(cpu.cpus)
@@ -207,21 +223,28 @@ class Probe:
             raise ProbeRefused(f"--size is too small for {count} threads")
         addr = self.map_on(chunk * count, mem.id)
         try:
-            gbps = self.read_rate(addr, chunk, count, cpu, seconds, touch=True)
+            gbps = self.read_rate(addr, chunk, count, cpu, None, touch=True)
             placed = self.placed(addr, chunk * count, mem.id)
         finally:
             self.unmap(addr)
         return gbps, count, placed
 
-    def read_rate(self, addr: int, chunk: int, count: int, cpu: NodeInfo, seconds: float,
+    def read_rate(self, addr: int, chunk: int, count: int, cpu: NodeInfo, seconds: Optional[float],
                   touch: bool = False) -> float:
-        """GB/s of ``count`` threads pinned to ``cpu``'s CPUs, each reading its ``chunk``.
+        """GB/s of ``count`` threads pinned to ``cpu``'s CPUs, each reading its ``chunk``
+        for ``seconds`` (None: the run's :meth:`budget`, once every thread is ready).
 
         With ``touch`` each thread first writes its chunk: the first touch of fresh pages
         happens on the CPU node.
         """
         system = self.system
-        ready = threading.Barrier(count)
+        share = [seconds or 0.0]
+
+        def take_budget() -> None:
+            if seconds is None:
+                share[0] = self.budget()
+
+        ready = threading.Barrier(count, action=take_budget)
         spans: List[Tuple[float, float, int]] = []
 
         def reader(index: int) -> None:
@@ -232,7 +255,7 @@ class Probe:
             system.memchr(start_addr, 1, chunk)  # one untimed pass
             ready.wait()
             start = system.clock()
-            deadline = start + seconds
+            deadline = start + share[0]
             done = 0
             while not self.stop.is_set():
                 offset = 0
@@ -253,7 +276,7 @@ class Probe:
         return total / elapsed / 1e9 if elapsed > 0 else 0.0
 
     # -- latency ---------------------------------------------------------------
-    def latency(self, cpu: NodeInfo, mem: NodeInfo, seconds: float) -> Tuple[Optional[float], float]:
+    def latency(self, cpu: NodeInfo, mem: NodeInfo) -> Tuple[Optional[float], float]:
         """ns per dependent load of one thread on ``cpu`` over memory on ``mem``; placed fraction."""
         size = self.plan.latency_bytes
         raw = self.map_on(size + BLOCK, mem.id)
@@ -266,14 +289,17 @@ class Probe:
             if cpu.id not in self._overhead:
                 self._overhead[cpu.id] = self.step_overhead()
             # build_chain writes the whole buffer in address order: the first touch, here.
-            first, last, steps = build_chain(base, size, self.rng, ctypes.addressof(self._other),
-                                             ctypes.addressof(self._key))
+            first, stops, steps = build_chain(base, size, self.rng, ctypes.addressof(self._other),
+                                              ctypes.addressof(self._key))
+            seconds = self.budget()
             root = ctypes.c_uint64(first)
+            key = ctypes.addressof(self._key)
             calls = 0
             start = system.clock()
-            while True:
-                if system.tfind(ctypes.addressof(self._key), ctypes.addressof(root)) != last:
+            while True:  # one segment of the cyclic chain per call
+                if system.tfind(key, ctypes.addressof(root)) != stops[calls % len(stops)]:
                     raise Unsupported("the C library's tfind does not follow the chain")
+                root.value = ctypes.c_uint64.from_address(stops[calls % len(stops)] + 16).value
                 calls += 1
                 elapsed = system.clock() - start
                 if elapsed >= seconds or self.stop.is_set():
@@ -402,17 +428,22 @@ def yardstick(system: System, size: int, seconds: float, rounds: int = 3) -> Yar
                      count, placed)
 
 
-def build_chain(base: int, size: int, rng: random.Random, key: int, end_key: int) -> Tuple[int, int, int]:
-    """Lay a chain of ``tfind`` nodes over ``[base, base+size)``; (first, last, steps).
+def build_chain(base: int, size: int, rng: random.Random, key: int,
+                stop_key: int) -> Tuple[int, List[int], int]:
+    """Lay a cyclic chain of ``tfind`` nodes over ``[base, base+size)``.
+
+    Returns the first node, the stop nodes in walking order, and the steps from one
+    stop to the next (a segment: whole rounds, at least :data:`SEGMENT` steps).
 
     ``base`` is 64 KiB aligned. Every 64-byte line is one node ``{key, left=0, right}``
     (glibc's and musl's node layout). The walk goes round by round: each round visits
     every 64 KiB block once, in one random block order, at one line offset; the even
     offsets come first and the odd ones after in the same order, so a line's pair-mate,
     which the adjacent-line prefetcher fetches with it, comes half a chain later, long
-    after it was evicted. Every line is visited exactly once. All nodes but the last
-    point at ``key``; the last one at ``end_key``, so ``tfind`` returns it only after
-    walking the whole chain.
+    after it was evicted. Every line is visited exactly once per cycle. Nodes point at
+    ``key``, except the last node of every segment, which points at ``stop_key``: one
+    ``tfind`` call walks exactly one segment and returns its stop node, and the next call
+    starts at that node's successor, so no call runs long, whatever the buffer's size.
 
     Every node of a block points at the same line of the block that follows it in the
     order, so the buffer is written in address order, at C speed: one template block
@@ -465,14 +496,20 @@ def build_chain(base: int, size: int, rng: random.Random, key: int, end_key: int
                     constant[value] = fill
             offset = part if little else 3 - part
             h[first + offset:(b + 1) * per_block:32] = fill
-    # The last block of the order ends every round: on to the first block, next line.
+    # The last block of the order ends every round: on to the first block, next line;
+    # the very last line back to the first (a cycle). Every G-th round ends a segment.
+    rounds = 1
+    while rounds * blocks < SEGMENT and rounds < lines:
+        rounds *= 2
     last_block = order[-1]
+    stops = []
     for k, line in enumerate(line_order):
-        following = line_order[k + 1] if k + 1 < lines else None
-        word = (last_block * BLOCK + line * LINE) // 8 + 2
-        words[word] = 0 if following is None else base + order[0] * BLOCK + following * LINE
-    last = base + last_block * BLOCK + line_order[-1] * LINE
-    words[(last - base) // 8] = end_key
+        following = line_order[(k + 1) % lines]
+        node = base + last_block * BLOCK + line * LINE
+        words[(node - base) // 8 + 2] = base + order[0] * BLOCK + following * LINE
+        if (k + 1) % rounds == 0:
+            words[(node - base) // 8] = stop_key
+            stops.append(node)
     for v in (h, words, view):
         v.release()
-    return base + order[0] * BLOCK + line_order[0] * LINE, last, blocks * lines
+    return base + order[0] * BLOCK + line_order[0] * LINE, stops, rounds * blocks

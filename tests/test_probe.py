@@ -175,29 +175,38 @@ def test_ctrl_c_frees_every_buffer() -> None:
     assert system.live == {} and runner.maps == {}
 
 
-def test_chain_visits_every_line_once_and_tfind_walks_it() -> None:
-    size = 16 * 64 * 1024
+@pytest.mark.parametrize("blocks", [16, 256])
+def test_chain_is_one_cycle_over_every_line_and_tfind_walks_a_segment(blocks: int) -> None:
+    size = blocks * probe.BLOCK
+    lines = size // 64
     buf = ctypes.create_string_buffer(size + probe.BLOCK)
     base = -(-ctypes.addressof(buf) // probe.BLOCK) * probe.BLOCK
-    key, end = ctypes.create_string_buffer(b"\x01"), ctypes.create_string_buffer(b"\x02")
-    first, last, steps = probe.build_chain(base, size, random.Random(1), ctypes.addressof(key),
-                                           ctypes.addressof(end))
-    assert steps == size // 64
+    key, stop = ctypes.create_string_buffer(b"\x01"), ctypes.create_string_buffer(b"\x02")
+    first, stops, steps = probe.build_chain(base, size, random.Random(1), ctypes.addressof(key),
+                                            ctypes.addressof(stop))
+    # Segments are whole rounds, at least SEGMENT steps (or the whole chain when smaller).
+    assert steps == min(lines, max(probe.SEGMENT, blocks)) and len(stops) == lines // steps
     seen, node = [], first
-    while node:
+    while True:
         seen.append(node)
         assert ctypes.c_uint64.from_address(node + 8).value == 0  # left: nothing
         node = ctypes.c_uint64.from_address(node + 16).value
-    assert len(seen) == steps and len(set(seen)) == steps and seen[-1] == last
-    assert all((a - base) % 64 == 0 for a in seen)
+        if node == first:
+            break
+    assert len(seen) == lines and len(set(seen)) == lines  # one cycle through every line
+    assert all((a - base) % 64 == 0 and base <= a < base + size for a in seen)
+    keyed = [a for a in seen if ctypes.c_uint64.from_address(a).value == ctypes.addressof(stop)]
+    assert keyed == stops and [seen.index(a) + 1 for a in stops] == list(range(steps, lines + 1, steps))
     # Consecutive loads never fall in the same 64 KiB block, and a line's pair-mate
-    # (the adjacent-line prefetcher's) comes at least half the chain later.
+    # (the adjacent-line prefetcher's) comes half the chain later.
     assert all((a // probe.BLOCK) != (b // probe.BLOCK) for a, b in zip(seen, seen[1:]))
     position = {a: i for i, a in enumerate(seen)}
-    assert min(abs(position[a] - position[a ^ 64]) for a in seen) >= steps // 2
-    root = ctypes.c_uint64(first)
+    assert min(abs(position[a] - position[a ^ 64]) for a in seen) == lines // 2
     system = FakeSystem(two_nodes())
-    assert system.tfind(ctypes.addressof(end), ctypes.addressof(root)) == last
+    root = ctypes.c_uint64(first)
+    for expected in stops + stops[:1]:  # segment after segment, round the cycle
+        assert system.tfind(ctypes.addressof(stop), ctypes.addressof(root)) == expected
+        root.value = ctypes.c_uint64.from_address(expected + 16).value
 
 
 def sample_result(placed: float = 1.0) -> ProbeResult:
