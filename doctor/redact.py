@@ -51,6 +51,8 @@ UUID = re.compile(
     r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
     r"(?![0-9A-Fa-f])"
 )
+UUID_HEAD = re.compile(r"(?<![0-9A-Fa-f])([0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){0,3})-(?![0-9A-Fa-f])")
+"""The leading groups of a UUID cut short after a dash."""
 IPV6 = re.compile(r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?:%[\w.-]+)?(?![\w:])")
 IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?!\.?\d)")
 _SECRET_WORD = r"[\w.-]*(?:password|passwd|token|secret|api[_-]?key|access[_-]?key)[\w.-]*"
@@ -110,6 +112,9 @@ class Redactor:
         self._issued: Dict[str, int] = {}
         self._pattern: Optional[re.Pattern[str]] = None
         self._protected = set(PROTECTED)
+        self._uuid_heads: Dict[str, str] = {}
+        """Leading groups of a known UUID (``ced04d50-57e7``) -> the UUID: systemd looks
+        for a scope's drop-ins under each (``vte-spawn-ced04d50-.scope.d``)."""
 
     def protect(self, words: Iterable[str]) -> None:
         """Never treat these words as host, domain or user names (path components, the unit
@@ -137,9 +142,18 @@ class Redactor:
         self._pattern = None
 
     def learn(self, text: str) -> None:
-        """Register user names that appear in home paths (``/home/alice/...``)."""
+        """Register user names that appear in home paths (``/home/alice/...``), and UUIDs,
+        so that their leading groups are replaced wherever they show alone."""
         for match in HOME_PATH.finditer(text):
             self.add("user", match.group(2))
+        if self.enabled and "-" in text:
+            for match in UUID.finditer(text):
+                self._learn_uuid(match.group(0))
+
+    def _learn_uuid(self, value: str) -> None:
+        groups = value.lower().split("-")
+        for count in range(1, len(groups)):
+            self._uuid_heads.setdefault("-".join(groups[:count]), value)
 
     def learn_host(self, root: Root) -> None:
         """Register this machine's names, ids, serials and people, read through ``root``.
@@ -359,7 +373,19 @@ class Redactor:
         return MAC.sub(mac, text)
 
     def _replace_uuids(self, text: str) -> str:
-        return UUID.sub(lambda m: self._placeholder("uuid", m.group(0)), text)
+        def uuid(match: re.Match[str]) -> str:
+            self._learn_uuid(match.group(0))
+            return self._placeholder("uuid", match.group(0))
+
+        text = UUID.sub(uuid, text)
+        if not self._uuid_heads:
+            return text
+
+        def head(match: re.Match[str]) -> str:
+            full = self._uuid_heads.get(match.group(1).lower())
+            return match.group(0) if full is None else self._placeholder("uuid", full) + "-"
+
+        return UUID_HEAD.sub(head, text)
 
     def _replace_ipv6(self, text: str) -> str:
         def ipv6(match: re.Match[str]) -> str:

@@ -178,3 +178,12 @@ def test_command_line_masking_counts_and_works_without_redaction() -> None:
 def test_bytes_that_are_not_utf8_survive_in_command_lines() -> None:
     r = Redactor()
     assert r.command_line(b"serve\0\xff\xfe\0--token\0\xff1\0") == b"serve\0\xff\xfe\0--token\0secret-1\0"
+
+
+def test_leading_groups_of_a_known_uuid_are_replaced_too() -> None:
+    # systemd looks for a scope's drop-ins under each dash-cut prefix of its name.
+    r = Redactor()
+    r.learn("vte-spawn-ced04d50-57e7-4bf8-ade7-1dc4aef1e1a1.scope")
+    text = r.text("vte-spawn-ced04d50-.scope.d vte-spawn-ced04d50-57e7-4bf8-.scope.d deadbeef-.d")
+    assert text == "vte-spawn-uuid-1-.scope.d vte-spawn-uuid-1-.scope.d deadbeef-.d"
+    assert r.text("vte-spawn-ced04d50-57e7-4bf8-ade7-1dc4aef1e1a1.scope") == "vte-spawn-uuid-1.scope"
