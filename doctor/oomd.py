@@ -297,7 +297,7 @@ def user_manager_uid(cgroup: str) -> Optional[int]:
     """The uid whose user manager (``user@UID.service``) owns the cgroup, if any."""
     for part in cgroup.split("/"):
         match = _USER_MANAGER.match(part)
-        if match:
+        if match and len(match.group(1)) <= 20:  # a uid is 32 bits: longer is garbage
             return int(match.group(1))
     return None
 
@@ -574,7 +574,8 @@ def cgroup_v2(root: Root, v1_seen: bool = False) -> Optional[bool]:
 
 
 def _int(text: str) -> Optional[int]:
-    return int(text) if text.strip().isdigit() else None
+    text = text.strip()  # a count: ASCII digits, at most 64 (int() refuses 4,300)
+    return int(text) if 0 < len(text) <= 64 and text.isascii() and text.isdigit() else None
 
 
 def _why(result: CommandResult, name: str) -> str:
