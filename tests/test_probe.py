@@ -353,6 +353,21 @@ def test_a_failed_save_keeps_the_figures_and_says_why(fake_cli: Callable[..., ob
     assert result.stderr.count("\n") == 1
 
 
+def test_ctrl_c_on_the_command_line_frees_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: List[FakeSystem] = []
+
+    def interrupted() -> FakeSystem:
+        made.append(FakeSystem(two_nodes(), interrupt_at="pin"))
+        return made[-1]
+
+    monkeypatch.setattr("strata_doctor.probe_sys.System", interrupted)
+    result = run_cli(["probe", "--size", "8MiB", "--seconds", "0.1", "--no-gpu"])
+    assert result.exit_code == 130
+    assert result.stdout == ""
+    assert result.stderr == "strata-doctor: probe interrupted; every buffer it took is freed\n"
+    assert made[-1].live == {}
+
+
 def test_probe_text_output(fake_cli: Callable[..., object]) -> None:
     fake_cli(three_nodes())
     result = run_cli(["probe", "--size", "8MiB", "--seconds", "0.1", "--no-gpu"])
