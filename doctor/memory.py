@@ -145,9 +145,9 @@ def parse_hugepage_cmdline(text: str) -> CmdlineHugepages:
         elif key == "hugepages":
             for part in value.split(","):
                 node_text, sep, count_text = part.partition(":")
-                if sep and node_text.isdigit() and count_text.isdigit():
+                if sep and _uint(node_text) and _uint(count_text):
                     pools.append((size, int(node_text), int(count_text)))
-                elif not sep and part.isdigit():
+                elif not sep and _uint(part):
                     pools.append((size, None, int(part)))
         elif key == "transparent_hugepage":
             thp = value or None
