@@ -32,7 +32,7 @@ NUMA_POLICY_SINCE = 243
 ALLOWED_CPUS_SINCE = 244
 """systemd version that knows ``AllowedCPUs=``."""
 SYSTEMD_VERSION = Command("systemctl-version", ("systemctl", "--version"))
-_VERSION = re.compile(r"^systemd\s+(\d+)", re.MULTILINE)
+_VERSION = re.compile(r"^systemd\s+(\d{1,9})(?!\d)", re.MULTILINE)  # not 5,000 digits
 UNIT_PROPERTIES = (
     "Id,LoadState,ActiveState,SubState,Result,NRestarts,MainPID,ControlGroup,Slice,"
     "FragmentPath,DropInPaths,NUMAPolicy,NUMAMask,CPUAffinity,AllowedCPUs,"

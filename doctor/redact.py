@@ -180,7 +180,7 @@ class Redactor:
     def _learn_passwd(self, text: str) -> None:
         for line in text.splitlines():
             fields = line.split(":")
-            if len(fields) < 6 or not fields[2].isdigit():
+            if len(fields) < 6 or not fields[2].isdigit() or len(fields[2]) > 20:  # a uid is 32 bits
                 continue
             if int(fields[2]) >= UID_MIN and fields[0] not in SYSTEM_USERS and int(fields[2]) < 65534:
                 self.add("user", fields[0])
