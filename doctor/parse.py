@@ -212,9 +212,11 @@ def parse_int(text: Optional[str]) -> Optional[int]:
         return int(text)
     text = _clean(text)
     try:
-        return int(text, 0) if text.lower().startswith(("0x", "-0x")) else int(text)
+        value = int(text, 0) if text.lower().startswith(("0x", "-0x")) else int(text)
     except ValueError:
         return None
+    # The kernel's numbers are at most 64 bits: 400 digits are garbage (and overflow a float).
+    return value if -(1 << 64) < value < (1 << 64) else None
 
 
 def parse_numa_maps(text: str) -> Dict[int, int]:
