@@ -208,7 +208,7 @@ def parse_int(text: Optional[str]) -> Optional[int]:
     """Parse a decimal (or ``0x`` hex) integer attribute; None when absent or garbage."""
     if text is None:
         return None
-    if len(text) < 40 and text.isdigit() and text.isascii():  # most values: plain digits
+    if len(text) < 20 and text.isdigit() and text.isascii():  # most values: plain digits, < 2**64
         return int(text)
     text = _clean(text)
     try:
