@@ -60,6 +60,10 @@ _VALUE = r"[^\s\0\"',;&]+"
 SECRETS = (
     re.compile(rf"(?i)(?<![\w.-])({_SECRET_WORD}\s*[=:]\s*)({_VALUE})"),  # TOKEN=..., password: ...
     re.compile(rf"(?i)(--{_SECRET_WORD}\s+)(?!-)({_VALUE})"),  # --api-key VALUE
+    # --auth-file VALUE, --db-pass=VALUE: an option (two dashes, so never kernel text) with
+    # a name from the command lines' list (SECRET_NAME), not a --no- flag.
+    re.compile(r"(?i)(?<![\w.-])(--(?!no-)[\w.-]*(?:key|token|secret|pass|auth|credential|session|cookie)"
+               rf"[\w.-]*(?:=|\s+(?!-)))({_VALUE})"),
 )
 """Credentials in command lines, environments and unit files: the value is replaced."""
 SECRET_NAME = re.compile(r"(?i)key|token|secret|pass|auth|credential|session|cookie")
@@ -334,7 +338,7 @@ class Redactor:
 
     def _replace_secrets(self, text: str) -> str:
         for pattern in SECRETS:
-            text = pattern.sub(lambda m: m.group(1) + self._placeholder("secret", m.group(2)), text)
+            text = pattern.sub(lambda m: m.group(1) + self._secret(m.group(2)), text)
         return text
 
     def _replace_known(self, text: str) -> str:

@@ -211,7 +211,7 @@ def test_a_file_that_is_not_a_bundle_is_one_line_exit_2(tmp_path: Path) -> None:
 SECRETS = (
     "sk-PLANTED-api-key", "hf_PLANTEDtoken", "PLANTED-db-pass", "PLANTED/aws+secret", "PLANTED-cookie",
     "PLANTED-url-pass", "PLANTED-json-pw", "PLANTED-env-token", "PLANTED-env-aws", "PLANTED-sshpass",
-    "PLANTED-other-host", "PLANTED-unit-token", "PLANTED-exec-key", "PLANTED-ca-path",
+    "PLANTED-other-host", "PLANTED-unit-token", "PLANTED-exec-key", "PLANTED-ca-path", "PLANTED-exec-auth",
 )
 """Credentials planted in command lines, environments, JSON arguments and the unit file."""
 ENGINE_CMDLINE = "\0".join((
@@ -247,7 +247,7 @@ def secret_files() -> Dict[str, str]:
     files["/proc/uptime"] = "90000.00 170000.00\n"
     files["/etc/systemd/system/strata.service"] += (
         "Environment=HF_TOKEN=PLANTED-unit-token\n"
-        "ExecStartPre=/usr/bin/strata-fetch --api-key PLANTED-exec-key\n"
+        "ExecStartPre=/usr/bin/strata-fetch --api-key PLANTED-exec-key --auth PLANTED-exec-auth\n"
     )
     return files
 
@@ -278,7 +278,7 @@ def test_secrets_are_absent_from_the_report_and_every_byte_of_the_bundle(tmp_pat
 
     manifest = json.loads(read_member(bundle, f"{TOP}/manifest.json"))
     masked = manifest["redactions"]["secret"]
-    assert masked >= 9  # seven on the command line (two in JSON), two in the unit file
+    assert masked >= 10  # seven on the command line (two in JSON), three in the unit file
     assert f"{masked} secrets" in markdown.stdout
     replayed = check_json("--bundle", str(bundle))
     assert replayed == json.loads(read_member(bundle, f"{TOP}/check.json"))

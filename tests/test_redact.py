@@ -187,3 +187,15 @@ def test_leading_groups_of_a_known_uuid_are_replaced_too() -> None:
     text = r.text("vte-spawn-ced04d50-.scope.d vte-spawn-ced04d50-57e7-4bf8-.scope.d deadbeef-.d")
     assert text == "vte-spawn-uuid-1-.scope.d vte-spawn-uuid-1-.scope.d deadbeef-.d"
     assert r.text("vte-spawn-ced04d50-57e7-4bf8-ade7-1dc4aef1e1a1.scope") == "vte-spawn-uuid-1.scope"
+
+
+def test_secret_options_in_any_text() -> None:
+    # Unit files and evidence: two-dash options from the command lines' list lose their
+    # values; kernel text with such words (no two dashes) is left alone.
+    r = Redactor()
+    text = r.text("ExecStart=/opt/strata/serve --auth a1 --db-pass=p2 --no-auth model --api-key k3 "
+                  "--port 80\nKeyringMode=shared\nSpeculation_Store_Bypass:\tvulnerable\n-- Boot 1f --")
+    assert text == ("ExecStart=/opt/strata/serve --auth secret-2 --db-pass=secret-3 --no-auth model "
+                    "--api-key secret-1 --port 80\nKeyringMode=shared\n"
+                    "Speculation_Store_Bypass:\tvulnerable\n-- Boot 1f --")
+    assert r.counts() == {"secret": 3}

@@ -79,6 +79,17 @@ def test_replay_gives_the_same_facts_as_the_guest(guests: Guests, tmp_path: Path
     assert replay(path, tmp_path)["facts"] == bundled_check(path)["facts"]
 
 
+def test_replay_equals_the_guests_check_json(guests: Guests, tmp_path: Path) -> None:
+    """The whole document, evidence and exit code included, apart from the fields about
+    the run itself (docs/report.md, "Replay")."""
+    path = bundle(guests)
+    replayed, saved = replay(path, tmp_path), bundled_check(path)
+    for name in ("version",):
+        replayed.pop(name, None)
+        saved.pop(name, None)
+    assert replayed == saved
+
+
 def test_replay_matches_a_live_check(guests: Guests, tmp_path: Path) -> None:
     """A live check right after the report finds the same things (numbers may move)."""
     live = guests.get("seed").step("check-bundle-live").json()
