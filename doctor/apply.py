@@ -47,6 +47,7 @@ JOURNAL_SCHEMA = "strata-doctor/journal/v1"
 TEMP_SUFFIX = ".strata-doctor-tmp"
 STATE_TEMP = re.compile(r"^\.strata-doctor-state\.(\d+)\.tmp$")
 MADE_FILE = "made"
+DROP_RECORD = ".strata-doctor-state.drop"
 INTERRUPTED = "an earlier apply did not finish: run `strata-doctor fix --revert` first"
 REVERT_INTERRUPTED = "an earlier revert did not finish: run `strata-doctor fix --revert` again"
 BUSY = "another `strata-doctor fix` is running (pid {pid}); wait for it, or use --wait"
@@ -162,13 +163,15 @@ class Lock:
 
     def _take(self) -> None:
         assert self.tree is not None
+        last: Optional[OSError] = None
         for _ in range(100):
             try:
                 self.state_fd = _open_state(self.tree, self.create)
             except FileNotFoundError as exc:
-                if self.create:
-                    raise ApplyError(f"cannot use the state folder {STATE_DIR}: {_describe(exc)}") from None
-                return  # no state folder: nothing to lock, nothing recorded
+                if not self.create:
+                    return  # no state folder: nothing to lock, nothing recorded
+                last = exc  # a folder went while it was made (a holder removing its state): again
+                continue
             except OSError as exc:
                 if not self.create and exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     return  # a link loop or a file where it should be: nothing can be recorded there
@@ -198,7 +201,8 @@ class Lock:
             os.close(fd)  # the holder we waited for removed the state folder: start again
             os.close(self.state_fd)
             self.state_fd = -1
-        raise ApplyError(f"cannot take the lock {STATE_DIR}/lock: it keeps being replaced")
+        why = f": {_describe(last)}" if last is not None else ": it keeps being replaced"
+        raise ApplyError(f"cannot take the lock {STATE_DIR}/lock{why}")
 
 
 def _same_file(fd: int, dir_fd: int, name: str) -> bool:
@@ -227,7 +231,11 @@ def _open_state(tree: InRoot, create: bool) -> int:
         if not create:
             _clean_state_temps(tree)
             raise
-    existing, missing = tree.locate(STATE_DIR)
+    _finish_drop(tree)
+    try:
+        existing, missing = tree.locate(STATE_DIR)
+    except OSError as exc:  # a dangling link, a loop, a file in a folder's place
+        raise ApplyError(f"cannot use the state folder {STATE_DIR}: {_describe(exc)}") from None
     if not missing:
         return tree.open_dir(STATE_DIR)
     parent = tree.open_dir(existing)
@@ -283,7 +291,10 @@ def _fill_state(parent: int, temp: str, existing: str, missing: List[str]) -> No
 
 
 def _clean_state_temps(tree: InRoot, parent: Optional[int] = None) -> None:
-    """Remove the temporary state folders of runs that died while making one."""
+    """Remove the temporary state folders of runs that died while making one, and finish
+    a removal of the state folder that a kill cut short."""
+    if parent is None:
+        _finish_drop(tree)
     own = parent is None
     if own:
         try:
@@ -314,39 +325,123 @@ def _alive(pid: int) -> bool:
 
 def drop_state_if_empty(lock: Lock) -> None:
     """As the lock's holder: once no apply is recorded, remove the state folder and the
-    folders made for it, the lock file first (see :class:`Lock`)."""
+    folders made for it, the lock file first (see :class:`Lock`).
+
+    While those folders go, a record in the folder above the topmost of them names it, so
+    a kill between two removals leaves something the next run finishes, never an empty
+    ``var/`` nobody knows about."""
     if not lock.held or _apply_names(lock):
         return
     assert lock.tree is not None
+    tree = lock.tree
     checkpoint("drop-state", STATE_DIR)
     state = lock.state_fd
-    top = _read_at(state, MADE_FILE)
-    for name in ("applies", "lock", MADE_FILE):
+    record = _read_at(state, MADE_FILE)
+    made = _made(record)
+    if made is None:
+        found = _find_drop_record(tree)
+        made = found[1] if found else STATE_DIR
+    for name in ("applies", "lock"):
         _remove_at(state, name)
-    made = top.decode("utf-8", "replace").strip() if top else STATE_DIR
-    if made != STATE_DIR and not (STATE_DIR + "/").startswith(made.rstrip("/") + "/"):
-        made = STATE_DIR
+    above = made.rpartition("/")[0] or "/"
+    if made != STATE_DIR:
+        _write_record(tree, above, made)
+    _remove_at(state, MADE_FILE)
+    checkpoint("drop-state-dirs", STATE_DIR)
+    stopped = _rmdir_chain(tree, made)
+    if stopped == STATE_DIR:  # someone is using it already: it keeps its record
+        _write_at(state, MADE_FILE, (made + "\n").encode(), 0o600)
+    if made != STATE_DIR:
+        _remove_record(tree, above)
+
+
+def _made(record: Optional[bytes]) -> Optional[str]:
+    """The topmost folder made for the state folder, from its record; None when unknown."""
+    made = record.decode("utf-8", "replace").strip() if record else ""
+    if made == STATE_DIR or (made.startswith("/") and (STATE_DIR + "/").startswith(made.rstrip("/") + "/")):
+        return made
+    return None
+
+
+def _rmdir_chain(tree: InRoot, made: str) -> Optional[str]:
+    """Remove the state folder and its parents up to ``made``, while empty; the folder where
+    it stopped (not empty), or None."""
     folder = STATE_DIR
-    while True:  # the state folder, then each folder made for it, while empty
+    while True:
         head, _, name = folder.rpartition("/")
         try:
-            parent = lock.tree.open_dir(head or "/")
-        except OSError:
-            return
-        try:
-            os.rmdir(name, dir_fd=parent)
-            os.fsync(parent)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
-                raise
-            if folder == STATE_DIR and top and exc.errno != errno.ENOENT:
-                _write_at(state, MADE_FILE, top, 0o600)  # someone is using it: keep its record
-            return
-        finally:
-            os.close(parent)
+            parent = tree.open_dir(head or "/")
+        except FileNotFoundError:
+            parent = -1
+        if parent >= 0:
+            try:
+                os.rmdir(name, dir_fd=parent)
+                os.fsync(parent)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    return folder
+                if exc.errno != errno.ENOENT:
+                    raise
+            finally:
+                os.close(parent)
         if folder == made or not head:
-            return
+            return None
         folder = head
+
+
+def _write_record(tree: InRoot, folder: str, made: str) -> None:
+    parent = tree.open_dir(folder)
+    try:
+        _write_at(parent, DROP_RECORD, (made + "\n").encode(), 0o600)
+        os.fsync(parent)
+    finally:
+        os.close(parent)
+
+
+def _remove_record(tree: InRoot, folder: str) -> None:
+    try:
+        parent = tree.open_dir(folder)
+    except FileNotFoundError:
+        return
+    try:
+        _unlink_at(parent, DROP_RECORD)
+        os.fsync(parent)
+    finally:
+        os.close(parent)
+
+
+def _find_drop_record(tree: InRoot) -> Optional[Tuple[str, str]]:
+    """(folder, topmost made folder) of a removal of the state folder that was cut short."""
+    folder = STATE_DIR.rpartition("/")[0]
+    while folder:
+        try:
+            parent = tree.open_dir(folder)
+        except OSError:
+            parent = -1
+        if parent >= 0:
+            try:
+                made = _made(_read_at(parent, DROP_RECORD))
+            except OSError:
+                made = None
+            finally:
+                os.close(parent)
+            if made is not None and made.rpartition("/")[0] in (folder, "") and made != STATE_DIR:
+                return folder, made
+        folder = folder.rpartition("/")[0]
+    try:
+        made = _made(_read_at(tree.fd, DROP_RECORD))
+    except OSError:
+        made = None
+    return ("/", made) if made is not None and made.count("/") == 1 and made != STATE_DIR else None
+
+
+def _finish_drop(tree: InRoot) -> None:
+    """Finish a removal of the state folder that a kill cut short (no state folder left)."""
+    found = _find_drop_record(tree)
+    if found is None:
+        return
+    if _rmdir_chain(tree, found[1]) is None:
+        _remove_record(tree, found[0])
 
 
 # -- apply --------------------------------------------------------------------

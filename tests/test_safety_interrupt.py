@@ -150,7 +150,7 @@ def test_revert_interrupted_after_every_step(tmp_path: Path, monkeypatch: pytest
     revert = ["fix", "--root", str(tree), "--revert"]
     steps = _revert_steps(tree, monkeypatch, apply)
     assert snapshot(tree) == original
-    assert {"journal", "revert-remove", "revert-rmdir", "revert-forget", "drop-state"} <= {
+    assert {"journal", "revert-remove", "revert-rmdir", "revert-forget", "drop-state", "drop-state-dirs"} <= {
         s for s, _ in steps}
     for index, (step, path) in enumerate(steps):
         where = f"revert {how} before {step} {path} (step {index})"
@@ -336,3 +336,30 @@ def test_read_only_bind_mount(tmp_path: Path) -> None:
     _revert_all(tree)
     assert snapshot(tree) == original
 
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3])
+def test_killed_while_the_state_folders_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: int) -> None:
+    """Between any two of the rmdir calls that remove var/lib/strata-doctor, var/lib and
+    var (all made by the apply): the next run finishes the removal."""
+    tree = _seed(tmp_path)
+    assert not (tree / "var").exists()
+    original = snapshot(tree)
+    assert run_cli(["fix", "--root", str(tree), "--apply"]).exit_code in (0, 1)
+    real_rmdir = os.rmdir
+    calls: List[str] = []
+
+    def rmdir(path: str, *args: object, **kwargs: object) -> None:
+        if path in ("strata-doctor", "lib", "var"):
+            calls.append(path)
+            if len(calls) == cut and path == ("strata-doctor", "lib", "var")[cut - 1]:
+                raise Killed()
+        real_rmdir(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    with pytest.raises(Killed):
+        run_cli(["fix", "--root", str(tree), "--revert"])
+    monkeypatch.setattr(os, "rmdir", real_rmdir)
+    assert snapshot(tree) != original
+    _revert_all(tree)
+    assert snapshot(tree) == original
