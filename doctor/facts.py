@@ -304,7 +304,12 @@ def plain_cpuinfo_topology(data: bytes) -> Topology:
         found.append((b"", b""))  # the last block ends without a blank line
     if list(map(itemgetter(0), found)) == _REGULAR_IDS * (len(found) // 4):
         values = list(map(itemgetter(1), found))
-        try:  # int() reads what parse_int reads in decimal; anything else takes the long way
+        # int() reads what parse_int reads in decimal, up to 19 digits (parse_int refuses
+        # numbers beyond 64 bits); anything else takes the long way.
+        too_long = max(map(len, values)) > 20  # the value keeps its leading space or tab
+        try:
+            if too_long:
+                raise ValueError
             cpus, packages, cores = (list(map(int, values[column::4])) for column in range(3))
         except ValueError:
             pass

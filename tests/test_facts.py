@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Dict, List
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from strata_doctor.context import place_gpu
@@ -354,6 +354,7 @@ _cpuinfo_text = st.tuples(
 
 @settings(database=None, deadline=None, max_examples=400)
 @given(_cpuinfo_text)
+@example("processor\t: 0\nvendor_id\t: 0\nphysical id\t: 0\nsiblings\t: 0\ncore id\t: " + "9" * 70)
 def test_plain_cpuinfo_topology_agrees_with_parse_cpuinfo(text: str) -> None:
     assert plain_cpuinfo_topology(text.encode()) == blocks_topology(parse_cpuinfo(text))
 
