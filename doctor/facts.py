@@ -306,7 +306,7 @@ def plain_cpuinfo_topology(data: bytes) -> Topology:
         values = list(map(itemgetter(1), found))
         # int() reads what parse_int reads in decimal, up to 19 digits (parse_int refuses
         # numbers beyond 64 bits); anything else takes the long way.
-        too_long = max(map(len, values)) > 20  # the value keeps its leading space or tab
+        too_long = max(map(len, values), default=0) > 20  # the value keeps its leading blank
         try:
             if too_long:
                 raise ValueError
