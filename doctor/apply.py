@@ -776,13 +776,18 @@ def revert_last(root: Root, force: bool = False, lock: Optional[Lock] = None,
 def _revert_held(root: Root, lock: Lock, force: bool) -> RevertReport:
     if not lock.held:
         return RevertReport((), (), (), (), False)
+    names = ["?"]
     try:
-        names = _apply_names(lock)
-        report = _revert_named(root, lock, names[-1], force) if names else RevertReport((), (), (), (), False)
+        names = _apply_names(lock) or names
+        report = (_revert_named(root, lock, names[-1], force) if names != ["?"]
+                  else RevertReport((), (), (), (), False))
         drop_state_if_empty(lock)
     except OSError as exc:
         raise ApplyError(f"revert stopped: {_describe(exc)}; fix that and run "
                          "`strata-doctor fix --revert` again") from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise ApplyError(f"revert stopped: the journal in {STATE_DIR}/applies/{names[-1]} is not one "
+                         f"strata-doctor wrote ({type(exc).__name__}: {exc})") from None
     return report
 
 
@@ -856,7 +861,13 @@ def _revert_file(root: Root, tree: InRoot, apply_fd: int, entry: Dict[str, Any],
             os.unlink(name, dir_fd=parent)
             os.fsync(parent)
             return "removed", path
-        original = _read_at(apply_fd, entry["original"])
+        try:
+            fd = _open_below(apply_fd, entry["original"].split("/"))
+        except FileNotFoundError:
+            fd = -1
+        original = _read_fd(fd) if fd >= 0 else None
+        if fd >= 0:
+            os.close(fd)
         if original is None:
             raise ApplyError(f"the saved original of {path} is missing from the journal's folder")
         if info is not None and stat.S_ISREG(info.st_mode) and current == original \
@@ -961,7 +972,7 @@ def _open_apply_dir(lock: Lock, name: str) -> int:
 
 def _read_journal(state_fd: int, name: str) -> Optional[Dict[str, Any]]:
     try:
-        fd = os.open(f"applies/{name}/journal.json", os.O_RDONLY | _NOFOLLOW | _CLOEXEC, dir_fd=state_fd)
+        fd = _open_below(state_fd, ["applies", name, "journal.json"])
     except OSError:
         return None
     try:
@@ -970,7 +981,54 @@ def _read_journal(state_fd: int, name: str) -> Optional[Dict[str, Any]]:
         return None
     finally:
         os.close(fd)
-    return data if isinstance(data, dict) and data.get("schema") == JOURNAL_SCHEMA else None
+    if not isinstance(data, dict) or data.get("schema") != JOURNAL_SCHEMA:
+        return None
+    try:
+        _check_journal(data)
+    except ValueError:
+        return None  # not one an apply wrote: treated like an apply killed before its journal
+    return data
+
+
+_ORIGINAL = re.compile(r"^originals/\d+$")
+
+
+def _check_journal(journal: Dict[str, Any]) -> None:
+    """Refuse a journal whose entries would point anywhere but where an apply writes: the
+    state folder is part of the tree, and under --root the tree is input."""
+    def host(value: Any) -> bool:
+        return isinstance(value, str) and value.startswith("/") and "\0" not in value
+
+    files, dirs = journal.get("files"), journal.get("dirs")
+    if not isinstance(files, list) or not isinstance(dirs, list) or not all(host(d) for d in dirs):
+        raise ValueError("files and dirs must be lists of host paths")
+    for entry in files:
+        if not isinstance(entry, dict) or not all(host(entry.get(k)) for k in ("path", "temp")) \
+                or not host(entry.get("real", entry.get("path"))):
+            raise ValueError(f"bad file entry {entry!r:.80}")
+        if entry.get("existed") and not (isinstance(entry.get("original"), str)
+                                         and _ORIGINAL.match(entry["original"])):
+            raise ValueError(f"bad original {entry.get('original')!r:.80}")
+
+
+def _open_below(dir_fd: int, names: List[str]) -> int:
+    """Open ``a/b/c`` below ``dir_fd`` one name at a time, following no link at all."""
+    fd = dir_fd
+    try:
+        for index, name in enumerate(names):
+            if name in ("", ".", "..") or "/" in name:
+                raise OSError(errno.EINVAL, "not a plain name", name)
+            last = index == len(names) - 1
+            flags = os.O_RDONLY | _NOFOLLOW | _CLOEXEC | (0 if last else _DIRECTORY)
+            opened = os.open(name, flags, dir_fd=fd)
+            if fd != dir_fd:
+                os.close(fd)
+            fd = opened
+        return fd
+    except BaseException:
+        if fd != dir_fd:
+            os.close(fd)
+        raise
 
 
 def _write_journal(apply_fd: int, journal: Dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ with the portable component-by-component walk forced.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -277,3 +278,42 @@ def test_final_component_link_is_refused(tmp_path: Path, resolver: str) -> None:
     applied = run_cli(["fix", "--root", str(tree), "--apply", *FIX])
     assert applied.exit_code == 2 and "symlink" in applied.stderr
     assert snapshot(tree) == original and snapshot(outside) == before
+
+
+@pytest.mark.parametrize("how", ["applies-link", "originals-link", "original-escape", "garbage"])
+def test_a_crafted_state_folder_reads_nothing_outside(tmp_path: Path, resolver: str, how: str) -> None:
+    """The state folder is part of the tree: a journal planted there never makes revert read
+    or write outside the root, and never crashes it."""
+    outside, _ = _outside(tmp_path)
+    (outside / "0").write_text("secret outside\n")
+    before = snapshot(outside)
+    tree = _seed(tmp_path)
+    assert run_cli(["fix", "--root", str(tree), "--apply"]).exit_code in (0, 1)
+    apply_dir = next((tree / "var/lib/strata-doctor/applies").iterdir())
+    journal = json.loads((apply_dir / "journal.json").read_text())
+    if how == "applies-link":
+        shutil.move(str(apply_dir.parent), str(tmp_path / "applies-moved"))
+        apply_dir.parent.symlink_to(str(tmp_path / "applies-moved"))
+    elif how == "originals-link":
+        shutil.rmtree(apply_dir / "originals")
+        (apply_dir / "originals").symlink_to(str(outside))
+        for entry in journal["files"]:
+            entry.update(existed=True, original="originals/0", mode=0o644, uid=0, gid=0)
+    elif how == "original-escape":
+        for entry in journal["files"]:
+            entry.update(existed=True, original="../../../../../../../../../.." + str(outside / "0"))
+    else:
+        journal["files"] = [{"path": 5}]
+    (apply_dir / "journal.json").write_text(json.dumps(journal))
+    reverted = run_cli(["fix", "--root", str(tree), "--revert", "--force"])
+    assert "Traceback" not in reverted.stderr
+    if reverted.exit_code == 2:
+        _one_line_error(reverted)
+    else:
+        assert reverted.exit_code == 0, reverted.stdout + reverted.stderr
+    for top, _, files in os.walk(tree):
+        for name in files:
+            path = Path(top) / name
+            if not path.is_symlink():
+                assert b"secret outside" not in path.read_bytes(), path
+    assert snapshot(outside) == before
