@@ -317,3 +317,13 @@ def test_a_crafted_state_folder_reads_nothing_outside(tmp_path: Path, resolver: 
             if not path.is_symlink():
                 assert b"secret outside" not in path.read_bytes(), path
     assert snapshot(outside) == before
+
+
+def test_the_walk_can_be_forced_from_the_environment() -> None:
+    import subprocess
+    import sys
+
+    code = "from strata_doctor import inroot; print(inroot.openat2_available())"
+    env = dict(os.environ, STRATA_DOCTOR_NO_OPENAT2="1")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "False"
