@@ -21,6 +21,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 LAZY_COMMANDS: Dict[str, str] = {
     "check": "strata_doctor.cli:check_command",
     "list-checks": "strata_doctor.cli:list_checks_command",
+    "map": "strata_doctor.cli_map:map_command",
     "fix": "strata_doctor.cli_fix:fix_command",
     "report": "strata_doctor.cli_report:report_command",
     "numa-plan": "strata_doctor.cli_numa_plan:numa_plan_command",

@@ -1,0 +1,53 @@
+"""``strata-doctor map``: a picture of the host, its nodes, GPUs and where the engine runs.
+
+Reads through Root like every command (``--root`` and ``--bundle`` replay a host) and
+changes nothing. Text for a terminal (ASCII when the stream cannot encode box drawing),
+Mermaid for Markdown, JSON (``strata-doctor/map/v1``) for programs.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict
+
+import click
+
+from strata_doctor.cli import UsageFailure, host_from_kwargs, host_options, open_host
+
+
+@click.command("map")
+@host_options
+@click.option("--format", "fmt", type=click.Choice(["text", "mermaid", "json"]), default="text",
+              show_default=True, help="mermaid: a flowchart for Markdown (GitHub, GitLab).")
+def map_command(fmt: str, **kwargs: Any) -> None:
+    """Draw this host: NUMA nodes, GPUs, where the engine runs and where a fix puts it."""
+    from strata_doctor import render_map
+    from strata_doctor.api import PlanError
+    from strata_doctor.hostmap import build_map
+
+    _, ctx = open_host(host_from_kwargs(kwargs))
+    try:
+        host = build_map(ctx, gpu_models(ctx))
+    except PlanError as exc:
+        raise UsageFailure(str(exc)) from None
+    if fmt == "json":
+        click.echo(render_map.to_json(host), nl=False)
+    elif fmt == "mermaid":
+        click.echo(render_map.to_mermaid(host), nl=False)
+    else:
+        stream = click.get_text_stream("stdout") if sys.stdout is None else sys.stdout
+        ascii_only = not render_map.encodable(getattr(stream, "encoding", None))
+        click.echo(render_map.to_text(host, ascii_only), nl=False)
+
+
+def gpu_models(ctx: Any) -> Dict[str, str]:
+    """NVIDIA GPUs' names from ``nvidia-smi --query-gpu`` (replayed under a captured root),
+    asked only when the host has an NVIDIA GPU."""
+    if not any(gpu.vendor == 0x10DE for gpu in ctx.gpus):
+        return {}
+    from strata_doctor.report import NVIDIA_SMI_QUERY, parse_smi_query
+
+    result = ctx.root.run(NVIDIA_SMI_QUERY)
+    if not result.ok:
+        return {}
+    return {address: row.name for address, row in parse_smi_query(result.stdout).items()}

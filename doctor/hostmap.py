@@ -1,0 +1,298 @@
+"""The picture of one host as data: what ``strata-doctor map`` and the report draw.
+
+:func:`build_map` gathers it from a :class:`~strata_doctor.context.HostContext` (its facts,
+the binding plan and whether the engine follows it); ``doctor/render_map.py`` draws it as
+text, Mermaid or JSON without reading anything else. Nothing here renders a fix's files:
+what a fix would change is the planned binding, set against the binding in effect now.
+"""
+
+from __future__ import annotations
+
+from typing import FrozenSet, Mapping, NamedTuple, Optional, Tuple
+
+from strata_doctor.api import NumaPlan, plan_for_context
+from strata_doctor.context import HostContext, place_gpu
+from strata_doctor.facts import PcieLink, normalize_address
+from strata_doctor.parse import format_bytes, format_cpulist, parse_cpulist
+
+FIX_COMMAND = "strata-doctor fix --only numa-binding"
+
+
+class MapNode(NamedTuple):
+    """One NUMA node with its CPUs, memory and distances, and what the engine does there."""
+
+    id: int
+    """Node id (ids can be sparse)."""
+    socket: Optional[int]
+    """The package (socket) that owns every CPU of the node; None for a memory-only node
+    or when the CPU topology is unknown."""
+    cpus: FrozenSet[int]
+    """Online CPUs."""
+    cores: int
+    """Physical cores among them."""
+    memory_total: Optional[int]
+    """MemTotal in bytes; None when the node has no meminfo."""
+    memory_free: Optional[int]
+    """MemFree in bytes; None when the node has no meminfo."""
+    memory_only: bool
+    """Memory and no CPUs (CXL, HBM, GPU memory)."""
+    distances: Tuple[Tuple[int, Optional[int]], ...]
+    """(other node id, distance) for every node, in node order; None when not reported."""
+    engine_cpus: FrozenSet[int]
+    """CPUs of this node the engine may run on now (empty when it is not running or not
+    allowed here)."""
+    engine_bytes: Optional[int]
+    """Bytes of the running engine on this node (numa_maps); None when it is not running."""
+    arena: bool
+    """The plan puts the arena here (``--preferred`` / ``NUMAMask``)."""
+    pool: bool
+    """The plan runs the expert pool on this node's CPUs (``--cpunodebind``)."""
+
+
+class MapGpu(NamedTuple):
+    """One display-class PCI function."""
+
+    address: str
+    """PCI address, ``0000:84:00.0``."""
+    model: str
+    """Marketing name from nvidia-smi, else the vendor and PCI ids."""
+    ids: str
+    """``vendor:device``."""
+    node: Optional[int]
+    """The node it is placed on; None when unknown."""
+    node_source: str
+    """``numa_node``, ``local_cpulist``, ``single-node`` or ``none``."""
+    link: Optional[str]
+    """PCIe link now, and its maximum when lower (``2.5 GT/s x16 (max 8.0 GT/s x16)``)."""
+    compute: bool
+    """Whether the engine computes on it."""
+    boot_display: bool
+    """The firmware's boot display (``boot_vga``)."""
+
+
+class EngineNow(NamedTuple):
+    """Where the engine runs now, from its process, its loaded unit, or neither."""
+
+    unit: str
+    """The engine unit."""
+    state: str
+    """``running (pid N)``, ``active/running``, ``inactive/dead``, ``not loaded (...)``..."""
+    pid: Optional[int]
+    """The running engine's PID."""
+    source: str
+    """Where ``cpus`` and ``memory`` come from: ``/proc/PID``, ``systemctl show UNIT`` or ``none``."""
+    cpus: Optional[FrozenSet[int]]
+    """CPUs it may run on; None when nothing limits it or nothing is known."""
+    memory: str
+    """Its memory: the policy and bytes per node, or the unit's NUMAPolicy, or ``unknown``."""
+    memory_by_node: Tuple[Tuple[int, int], ...]
+    """(node, bytes) of the running engine."""
+    follows_plan: Optional[bool]
+    """The running engine or loaded unit follows the plan; None when unknown or no plan."""
+    configured: Optional[bool]
+    """The unit files on disk bind it as planned; None without a plan."""
+
+
+class ArenaPlace(NamedTuple):
+    """Where the arena would sit and what is left there (the arena-fit check's numbers)."""
+
+    pinned_bytes: int
+    """Arena plus K/V."""
+    headroom_bytes: int
+    """Memory kept free beside them."""
+    nodes: str
+    """The planned node(s) as a comma list, or ``all`` without a plan."""
+    total_bytes: Optional[int]
+    """MemTotal of those nodes (or of the host)."""
+    spare_bytes: Optional[int]
+    """What is left once arena, K/V and headroom are taken; negative when it does not fit."""
+
+
+class FixChange(NamedTuple):
+    """One thing a binding fix changes: what it is now, and after."""
+
+    what: str
+    """``CPUs`` or ``memory``."""
+    now: str
+    """As it is."""
+    after: str
+    """As the fix leaves it (at the engine's next start)."""
+
+
+class HostMap(NamedTuple):
+    """Everything ``strata-doctor map`` draws."""
+
+    nodes: Tuple[MapNode, ...]
+    """NUMA nodes in id order; empty when the kernel exposes none."""
+    sockets: int
+    """Physical packages (0 when unknown)."""
+    cpus: int
+    """Online CPUs."""
+    memory_total: Optional[int]
+    """All RAM (MemTotal of /proc/meminfo, else the nodes' sum)."""
+    gpus: Tuple[MapGpu, ...]
+    """Every GPU, the compute GPU first."""
+    engine: EngineNow
+    """Where the engine runs now."""
+    plan: NumaPlan
+    """Where it should run (``strata-doctor numa-plan``)."""
+    arena: Optional[ArenaPlace]
+    """Where the arena would sit; None without an arena size."""
+    fix: str
+    """One line: what the binding fix does here, or why nothing."""
+    changes: Tuple[FixChange, ...]
+    """What the binding fix changes; empty when it changes nothing."""
+
+
+def build_map(ctx: HostContext, models: Optional[Mapping[str, str]] = None) -> HostMap:
+    """The picture of the host in ``ctx``. ``models`` maps PCI addresses to GPU names
+    (nvidia-smi's); GPUs it does not name are shown by vendor and PCI ids.
+
+    Raises :class:`~strata_doctor.api.PlanError` for a ``numa:`` node the host lacks."""
+    plan = plan_for_context(ctx)
+    numa, cpu = ctx.numa, ctx.cpu
+    proc = ctx.engine_process
+    state = ctx.binding_state
+    by_node = dict(proc.memory_by_node) if proc else {}
+    ids = [n.id for n in numa.nodes]
+    nodes = []
+    for node in numa.nodes:
+        packages = cpu.packages_in(node.all_cpus)
+        nodes.append(MapNode(
+            id=node.id,
+            socket=next(iter(packages)) if len(packages) == 1 else None,
+            cpus=node.cpus,
+            cores=cpu.cores_in(node.cpus) if node.cpus else 0,
+            memory_total=node.memory_total,
+            memory_free=node.memory_free,
+            memory_only=node.memory_only,
+            distances=tuple((other, node.distance_to(other)) for other in ids),
+            engine_cpus=(proc.cpus_allowed & node.cpus) if proc else frozenset(),
+            engine_bytes=by_node.get(node.id, 0) if proc else None,
+            arena=node.id in plan.nodes,
+            pool=node.id in plan.cpu_nodes,
+        ))
+    online = numa.online_cpus or frozenset().union(*(n.cpus for n in numa.nodes))
+    total = ctx.meminfo.get("MemTotal") or sum(n.memory_total or 0 for n in numa.nodes) or None
+    engine = engine_now(ctx)
+    engine = engine._replace(
+        follows_plan=state.effective if state else None,
+        configured=state.configured if state else None,
+    )
+    fix, changes = fix_changes(ctx, plan, engine)
+    return HostMap(
+        nodes=tuple(nodes),
+        sockets=cpu.sockets,
+        cpus=len(online),
+        memory_total=total,
+        gpus=gpu_list(ctx, models or {}),
+        engine=engine,
+        plan=plan,
+        arena=arena_place(ctx),
+        fix=fix,
+        changes=changes,
+    )
+
+
+def gpu_list(ctx: HostContext, models: Mapping[str, str]) -> Tuple[MapGpu, ...]:
+    """Every GPU, the compute GPU first, then by address."""
+    placement = ctx.placement
+    compute = placement.gpu.address if placement else None
+    known = {normalize_address(address): name for address, name in models.items()}
+    gpus = []
+    for gpu in ctx.gpus:
+        node, source, _ = place_gpu(gpu, ctx.numa)
+        gpus.append(MapGpu(
+            address=gpu.address,
+            model=known.get(normalize_address(gpu.address)) or f"{gpu.vendor_name} {gpu.ids}",
+            ids=gpu.ids,
+            node=node,
+            node_source=source,
+            link=link_text(gpu.link),
+            compute=gpu.address == compute,
+            boot_display=bool(gpu.boot_vga),
+        ))
+    gpus.sort(key=lambda g: (not g.compute, g.address))
+    return tuple(gpus)
+
+
+def link_text(link: PcieLink) -> Optional[str]:
+    """``8.0 GT/s x16``, with ``(max ...)`` when the link trained below its maximum."""
+    if not link.known:
+        return None
+
+    def speed(text: Optional[str]) -> str:
+        return (text or "?").replace(" PCIe", "")  # the kernel writes "8.0 GT/s PCIe"
+
+    now = f"{speed(link.current_speed)} x{link.current_width or '?'}"
+    top = f"{speed(link.max_speed)} x{link.max_width or '?'}"
+    return now if now == top else f"{now} (max {top})"
+
+
+def engine_now(ctx: HostContext) -> EngineNow:
+    """The engine's binding in effect: the running process, else the loaded unit."""
+    unit = ctx.unit
+    name = ctx.config.unit
+    proc = ctx.engine_process
+    if unit.loaded:
+        state = f"{unit.get('ActiveState') or '?'}/{unit.get('SubState') or '?'}"
+    elif unit.available:
+        state = f"not loaded (LoadState={unit.get('LoadState') or '?'})"
+    else:
+        state = unit.reason or "unknown"
+    if proc is not None:
+        policies = sorted(proc.policies, key=lambda pair: (-pair[1], pair[0]))
+        policy = policies[0][0] if policies else "unknown"
+        spread = ", ".join(f"node {n} {format_bytes(size)}" for n, size in proc.memory_by_node if size)
+        return EngineNow(
+            unit=name, state=f"running (pid {proc.pid}" + (")" if unit.main_pid else f", outside {name})"),
+            pid=proc.pid, source=f"/proc/{proc.pid}", cpus=proc.cpus_allowed or None,
+            memory=f"policy {policy}" + (f": {spread}" if spread else ", no pages yet"),
+            memory_by_node=proc.memory_by_node, follows_plan=None, configured=None,
+        )
+    if unit.loaded:
+        policy = unit.get("NUMAPolicy")
+        mask = unit.get("NUMAMask")
+        cpus = parse_cpulist(",".join((unit.get("CPUAffinity") or unit.get("AllowedCPUs")).split()))
+        bound = policy not in ("", "n/a", "default")
+        memory = f"NUMAPolicy={policy} NUMAMask={mask}" if bound else "by first touch, no NUMAPolicy"
+        return EngineNow(
+            unit=name, state=state + ", not running", pid=None, source=f"systemctl show {name}",
+            cpus=cpus or None, memory=memory, memory_by_node=(), follows_plan=None, configured=None,
+        )
+    return EngineNow(unit=name, state=state + ", not running", pid=None, source="none", cpus=None,
+                     memory="unknown", memory_by_node=(), follows_plan=None, configured=None)
+
+
+def arena_place(ctx: HostContext) -> Optional[ArenaPlace]:
+    """The arena-fit numbers: the planned node(s), their memory and what is left."""
+    pinned = ctx.config.pinned_bytes
+    found = ctx.arena_headroom
+    if pinned is None or found is None:
+        return None
+    nodes, spare = found
+    need = pinned + ctx.config.headroom_bytes
+    return ArenaPlace(pinned, ctx.config.headroom_bytes, nodes, spare + need, spare)
+
+
+def fix_changes(ctx: HostContext, plan: NumaPlan, engine: EngineNow) -> Tuple[str, Tuple[FixChange, ...]]:
+    """What ``fix`` does to the binding here, as one line and as now/after pairs."""
+    if not plan.binds:
+        return "nothing to bind: " + plan.reasons[-1].replace("no binding: ", ""), ()
+    nodes = ",".join(str(n) for n in plan.nodes)
+    if engine.follows_plan:
+        return f"nothing to change: {engine.unit} already follows the plan", ()
+    if engine.configured:
+        return (f"nothing to write: the unit files already bind {engine.unit} to node(s) {nodes}; it "
+                f"takes effect after `systemctl daemon-reload` and a restart of {engine.unit}"), ()
+    everywhere = format_cpulist(ctx.numa.online_cpus) if ctx.numa.online_cpus else "every CPU"
+    if engine.source == "none":
+        cpus_now, memory_now = "not running", "not running"
+    else:
+        cpus_now = format_cpulist(engine.cpus) if engine.cpus else f"{everywhere} (no limit)"
+        memory_now = engine.memory
+    changes = (
+        FixChange("CPUs", cpus_now, plan.cpulist),
+        FixChange("memory", memory_now, f"policy {plan.policy}, node(s) {nodes}"),
+    )
+    return f"`{FIX_COMMAND}` binds {engine.unit} to node(s) {nodes} at its next start", changes

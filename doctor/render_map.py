@@ -1,0 +1,363 @@
+"""Draw a :class:`~strata_doctor.hostmap.HostMap`: boxes for the terminal, a Mermaid
+flowchart for Markdown (the report), or JSON (``strata-doctor/map/v1``, docs/json-schema.md).
+
+Pure: the map in, text out. Box drawing characters under a stream that can encode them,
+ASCII otherwise (the same stand-ins as check's marks, ``render.ASCII``). The Mermaid keeps
+to the basic ``flowchart`` subset GitHub and GitLab render: ``subgraph``, rectangles,
+``---``, ``-.->`` and ``==>`` links with quoted labels, ``classDef``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from strata_doctor import __version__
+from strata_doctor.hostmap import HostMap, MapGpu, MapNode
+from strata_doctor.parse import format_bytes, format_cpulist
+from strata_doctor.render import ASCII
+
+SCHEMA = "strata-doctor/map/v1"
+BOX = {"h": "─", "v": "│", "tl": "┌", "tr": "┐", "bl": "└", "br": "┘"}
+BOX_ASCII = {"─": "-", "│": "|", "┌": "+", "┐": "+", "└": "+", "┘": "+"}
+"""The box drawing characters' ASCII stand-ins, beside :data:`render.ASCII`'s."""
+_TO_ASCII = str.maketrans(dict[str, Union[str, int, None]]({**ASCII, **BOX_ASCII}))
+GLYPHS = "".join(BOX.values()) + "→"
+"""Every symbol the text picture uses: a stream that cannot encode them gets ASCII."""
+LABEL = 8  # width of the labels inside a node's box ("memory  ")
+WRAP = 100  # the engine section's long lines wrap here
+
+
+# -- text -----------------------------------------------------------------------
+def to_text(host: HostMap, ascii_only: bool = False) -> str:
+    """The picture for a terminal: sockets holding their nodes, each node with its CPUs,
+    memory, GPUs, the engine now and the plan; then distances, the engine and the fix."""
+    lines = [_headline(host)]
+    boxes = _node_boxes(host)
+    if boxes:
+        lines.extend(["", *boxes])
+    lines.extend(_distance_table(host.nodes))
+    lines.extend(_engine_lines(host))
+    text = "\n".join(lines) + "\n"
+    return to_ascii(text) if ascii_only else text
+
+
+def to_ascii(text: str) -> str:
+    """``text`` with every symbol the map or check uses replaced by its ASCII stand-in."""
+    return text.translate(_TO_ASCII)
+
+
+def encodable(encoding: Optional[str]) -> bool:
+    """Whether a stream in ``encoding`` can write the text picture's symbols."""
+    try:
+        GLYPHS.encode(encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+def _headline(host: HostMap) -> str:
+    parts = []
+    if host.sockets:
+        parts.append(_count(host.sockets, "socket"))
+    parts.append(_count(len(host.nodes), "NUMA node") if host.nodes else "no NUMA information")
+    parts.append(_count(host.cpus, "CPU"))
+    if host.memory_total:
+        parts.append(f"{format_bytes(host.memory_total)} RAM")
+    parts.append(_count(len(host.gpus), "GPU") if host.gpus else "no GPU")
+    return "host: " + ", ".join(parts)
+
+
+def _count(number: int, word: str) -> str:
+    return f"{number} {word}{'' if number == 1 else 's'}"
+
+
+def _node_boxes(host: HostMap) -> List[str]:
+    """Sockets holding their nodes, then nodes of no socket, then GPUs of no known node;
+    every node box as wide as the widest, so that the picture lines up."""
+    contents = {node.id: _node_lines(host, node) for node in host.nodes}
+    placed = set(contents)
+    lost = [_gpu_lines(gpu) for gpu in host.gpus if gpu.node is None or gpu.node not in placed]
+    width = max([len(line) for lines in [*contents.values(), *lost] for line in lines], default=0)
+    lines: List[str] = []
+    for socket in sorted({n.socket for n in host.nodes if n.socket is not None}):
+        inner: List[str] = []
+        for node in host.nodes:
+            if node.socket == socket:
+                inner.extend(_box(f"node {node.id}", contents[node.id], width))
+        lines.extend(_box(f"socket {socket}", inner))
+    for node in host.nodes:
+        if node.socket is None:
+            title = f"node {node.id}" + (" (memory only)" if node.memory_only else "")
+            lines.extend(_box(title, contents[node.id], width + 4))
+    for gpu_lines in lost:
+        lines.extend(_box("GPU on no known node", gpu_lines, width + 4))
+    return lines
+
+
+def _node_lines(host: HostMap, node: MapNode) -> List[str]:
+    cpus = f"{format_cpulist(node.cpus)} ({_cores(node)})" if node.cpus else "none"
+    memory = (f"{format_bytes(node.memory_total)}, {_size(node.memory_free)} free"
+              if node.memory_total is not None else "unknown (no meminfo)")
+    lines = [_row("CPUs", cpus), _row("memory", memory)]
+    for gpu in host.gpus:
+        if gpu.node == node.id:
+            lines.extend(_gpu_lines(gpu))
+    if node.engine_bytes is not None and (node.engine_cpus or node.engine_bytes):
+        where = ("all its CPUs" if node.engine_cpus == node.cpus and node.cpus
+                 else _count(len(node.engine_cpus), "CPU") if node.engine_cpus else "none of its CPUs")
+        lines.append(_row("engine", f"now: {where}, {format_bytes(node.engine_bytes)}"))
+    planned = []
+    if node.arena:
+        planned.append(f"the arena ({host.plan.policy})")
+    if node.pool:
+        planned.append("the expert pool on its CPUs")
+    if planned:
+        lines.append(_row("plan", " and ".join(planned)))
+    return lines
+
+
+def _cores(node: MapNode) -> str:
+    return f"{_count(node.cores, 'core')}, {_count(len(node.cpus), 'thread')}"
+
+
+def _roles(gpu: MapGpu) -> List[str]:
+    return [role for role, on in (("compute GPU", gpu.compute), ("boot display", gpu.boot_display)) if on]
+
+
+def _gpu_lines(gpu: MapGpu) -> List[str]:
+    lines = [_row("GPU", f"{gpu.address} {gpu.model}")]
+    detail = ([f"PCIe {gpu.link}"] if gpu.link else ["PCIe link unknown"]) + _roles(gpu)
+    lines.append(_row("", ", ".join(detail)))
+    return lines
+
+
+def _row(label: str, value: str) -> str:
+    return f"{label.ljust(LABEL)}{value}"
+
+
+def _box(title: str, content: Sequence[str], width: int = 0) -> List[str]:
+    """A box around ``content`` with ``title`` in its top edge, at least ``width`` wide inside."""
+    width = max([width, len(title) + 3] + [len(line) for line in content])
+    top = BOX["tl"] + BOX["h"] + f" {title} " + BOX["h"] * (width - len(title) - 1) + BOX["tr"]
+    body = [f"{BOX['v']} {line.ljust(width)} {BOX['v']}" for line in content]
+    bottom = BOX["bl"] + BOX["h"] * (width + 2) + BOX["br"]
+    return [top, *body, bottom]
+
+
+def _distance_table(nodes: Sequence[MapNode]) -> List[str]:
+    if len(nodes) < 2:
+        return []
+    names = [f"node{n.id}" for n in nodes]
+    first = len("distances") + 1
+    width = max(len(name) for name in names) + 2
+    head = "distances".ljust(first) + "".join(name.rjust(width) for name in names)
+    rows = [
+        f"node{n.id}".ljust(first) + "".join(("?" if d is None else str(d)).rjust(width)
+                                             for _, d in n.distances)
+        for n in nodes
+    ]
+    return ["", head, *rows]
+
+
+def _engine_lines(host: HostMap) -> List[str]:
+    engine, plan = host.engine, host.plan
+    lines = ["", f"engine  {engine.unit}: {engine.state}"]
+    if engine.source != "none":
+        cpus = format_cpulist(engine.cpus) if engine.cpus else "any (no limit)"
+        lines.append(_item("now", f"CPUs {cpus}, memory {engine.memory} ({engine.source})"))
+    if plan.binds:
+        nodes = ",".join(str(n) for n in plan.nodes)
+        lines.append(_item("plan", f"{' '.join(plan.numactl)}: CPUs {plan.cpulist}, memory "
+                                   f"{plan.policy} on node(s) {nodes}"))
+    else:
+        lines.append(_item("plan", "no binding"))
+    lines.extend(_item("", f"- {reason}") for reason in plan.reasons)
+    arena = host.arena
+    if arena is None:
+        lines.append(_item("arena", "size not configured (set arena: in the config, or --arena)"))
+    else:
+        where = f"node(s) {arena.nodes}" if arena.nodes != "all" else "the host's memory"
+        fits = ("does not fit: " + format_bytes(-arena.spare_bytes) + " short"
+                if arena.spare_bytes is not None and arena.spare_bytes < 0
+                else f"{_size(arena.spare_bytes)} to spare")
+        lines.append(_item("arena", f"{format_bytes(arena.pinned_bytes)} + "
+                                    f"{format_bytes(arena.headroom_bytes)} headroom on {where} "
+                                    f"({_size(arena.total_bytes)}): {fits}"))
+    lines.append(_item("fix", host.fix))
+    width = max((len(c.what) for c in host.changes), default=0) + 2
+    lines.extend(_item("", f"{c.what.ljust(width)}{c.now} → {c.after}") for c in host.changes)
+    return lines
+
+
+def _item(label: str, text: str) -> str:
+    indent = " " * 2 + label.ljust(LABEL - 1) + " "
+    wrapped = textwrap.wrap(text, WRAP, initial_indent=indent, subsequent_indent=" " * (len(indent) + 2),
+                            break_on_hyphens=False, break_long_words=False)
+    return "\n".join(wrapped) if wrapped else indent.rstrip()
+
+
+def _size(value: Optional[int]) -> str:
+    return format_bytes(value) if value is not None else "unknown"
+
+
+# -- Mermaid --------------------------------------------------------------------
+def to_mermaid(host: HostMap) -> str:
+    """A Mermaid ``flowchart`` of the same picture, without the fence."""
+    out = ["flowchart TB"]
+    sockets = sorted({n.socket for n in host.nodes if n.socket is not None})
+    for socket in sockets:
+        out.append(f'  subgraph socket{socket}["socket {socket}"]')
+        out.extend(f"    {_mermaid_node(host, n)}" for n in host.nodes if n.socket == socket)
+        out.append("  end")
+    out.extend(f"  {_mermaid_node(host, n)}" for n in host.nodes if n.socket is None)
+    for gpu in host.gpus:
+        label = [f"GPU {gpu.address}", gpu.model, f"PCIe {gpu.link}" if gpu.link else "PCIe link unknown"]
+        label += _roles(gpu)
+        out.append(f"  {gpu_id(gpu)}{_label(label)}")
+    ids = {n.id for n in host.nodes}
+    for gpu in host.gpus:
+        if gpu.node in ids:
+            out.append(f"  {gpu_id(gpu)} --- node{gpu.node}")
+    for a, b, text in _distance_pairs(host.nodes):
+        out.append(f'  node{a} ---|"{_escape(text)}"| node{b}')
+    engine, plan = host.engine, host.plan
+    engine_label = [engine.unit, engine.state]
+    if host.changes:
+        engine_label.append("fix: bind to node(s) " + ",".join(str(n) for n in plan.nodes))
+    out.append(f"  engine{_label(engine_label)}")
+    for node in host.nodes:
+        if node.engine_bytes is not None and (node.engine_cpus or node.engine_bytes):
+            now = f"now: {_count(len(node.engine_cpus), 'CPU')}, {format_bytes(node.engine_bytes)}"
+            out.append(f'  engine -.->|"{_escape(now)}"| node{node.id}')
+    if plan.binds:
+        for node_id in sorted(set(plan.nodes) | set(plan.cpu_nodes)):
+            if node_id in ids:
+                out.append(f'  engine ==>|"{_escape("plan: " + " ".join(plan.numactl))}"| node{node_id}')
+    planned = [f"node{n}" for n in sorted(set(plan.nodes) | set(plan.cpu_nodes)) if n in ids]
+    compute = [gpu_id(g) for g in host.gpus if g.compute]
+    if planned:
+        out.append("  classDef planned stroke-width:3px")
+        out.append(f"  class {','.join(planned)} planned")
+    if compute:
+        out.append("  classDef compute stroke-width:3px")
+        out.append(f"  class {','.join(compute)} compute")
+    return "\n".join(out) + "\n"
+
+
+def _mermaid_node(host: HostMap, node: MapNode) -> str:
+    label = [f"node {node.id}" + (" (memory only)" if node.memory_only else "")]
+    if node.cpus:
+        label.append(f"CPUs {format_cpulist(node.cpus)}")
+        label.append(_cores(node))
+    label.append(f"{format_bytes(node.memory_total)}, {_size(node.memory_free)} free"
+                 if node.memory_total is not None else "memory unknown")
+    planned = [what for what, on in (("arena", node.arena), ("expert pool", node.pool)) if on]
+    if planned:
+        label.append("plan: " + " and ".join(planned))
+    return f"node{node.id}{_label(label)}"
+
+
+def gpu_id(gpu: MapGpu) -> str:
+    """A Mermaid node id for a GPU: letters, digits and underscores only."""
+    return "gpu_" + re.sub(r"[^0-9A-Za-z]", "_", gpu.address)
+
+
+def _label(lines: Iterable[str]) -> str:
+    return '["' + "<br/>".join(_escape(line) for line in lines) + '"]'
+
+
+def _escape(text: str) -> str:
+    """Text safe inside a quoted Mermaid label: its quotes and angle brackets as entity codes."""
+    text = to_ascii(" ".join(text.split()))
+    return text.replace("#", "#35;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+
+
+def _distance_pairs(nodes: Sequence[MapNode]) -> List[Tuple[int, int, str]]:
+    rows = {n.id: dict(n.distances) for n in nodes}
+    pairs = []
+    for a in nodes:
+        for b in nodes:
+            if a.id < b.id:
+                there, back = rows[a.id].get(b.id), rows[b.id].get(a.id)
+                if there is None and back is None:
+                    continue
+                text = str(there) if there == back else f"{there if there is not None else '?'}/" \
+                    f"{back if back is not None else '?'}"
+                pairs.append((a.id, b.id, f"distance {text}"))
+    return pairs
+
+
+# -- JSON -----------------------------------------------------------------------
+def to_json_data(host: HostMap) -> Dict[str, Any]:
+    """The map as plain data (``strata-doctor/map/v1``)."""
+    engine, plan, arena = host.engine, host.plan, host.arena
+    return {
+        "schema": SCHEMA,
+        "version": __version__,
+        "sockets": host.sockets,
+        "cpus": host.cpus,
+        "memory_total_bytes": host.memory_total,
+        "nodes": [
+            {
+                "id": n.id,
+                "socket": n.socket,
+                "cpus": format_cpulist(n.cpus),
+                "cores": n.cores,
+                "threads": len(n.cpus),
+                "memory_total_bytes": n.memory_total,
+                "memory_free_bytes": n.memory_free,
+                "memory_only": n.memory_only,
+                "distances": {str(other): d for other, d in n.distances},
+                "gpus": [g.address for g in host.gpus if g.node == n.id],
+                "engine": None if n.engine_bytes is None else {
+                    "cpus": format_cpulist(n.engine_cpus), "memory_bytes": n.engine_bytes},
+                "plan": {"arena": n.arena, "pool": n.pool},
+            }
+            for n in host.nodes
+        ],
+        "gpus": [
+            {"address": g.address, "model": g.model, "ids": g.ids, "node": g.node,
+             "node_source": g.node_source, "link": g.link, "compute": g.compute,
+             "boot_display": g.boot_display}
+            for g in host.gpus
+        ],
+        "engine": {
+            "unit": engine.unit,
+            "state": engine.state,
+            "pid": engine.pid,
+            "source": engine.source,
+            "cpus": format_cpulist(engine.cpus) if engine.cpus else None,
+            "memory": engine.memory,
+            "memory_by_node": {str(n): size for n, size in engine.memory_by_node},
+            "follows_plan": engine.follows_plan,
+            "configured": engine.configured,
+        },
+        "plan": {
+            "binds": plan.binds,
+            "nodes": list(plan.nodes),
+            "cpu_nodes": list(plan.cpu_nodes),
+            "cpus": plan.cpulist,
+            "policy": plan.policy,
+            "numactl": list(plan.numactl),
+            "reasons": list(plan.reasons),
+        },
+        "arena": None if arena is None else {
+            "pinned_bytes": arena.pinned_bytes,
+            "headroom_bytes": arena.headroom_bytes,
+            "nodes": arena.nodes,
+            "total_bytes": arena.total_bytes,
+            "spare_bytes": arena.spare_bytes,
+        },
+        "fix": {
+            "summary": host.fix,
+            "changes": [{"what": c.what, "now": c.now, "after": c.after} for c in host.changes],
+        },
+    }
+
+
+def to_json(host: HostMap) -> str:
+    """Serialised with sorted keys, so equal hosts give equal bytes."""
+    return json.dumps(to_json_data(host), indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,191 @@
+"""``strata-doctor map``: golden pictures in three formats, ASCII fallback, Mermaid shape.
+
+Regenerate the goldens after an intended change with ``STRATA_UPDATE_GOLDEN=1 python -m
+pytest tests/test_map.py`` and check every number against the fixture's files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Dict, List, Set
+
+import pytest
+from click.testing import CliRunner
+
+from strata_doctor.cli import main
+from strata_doctor.context import HostContext
+from strata_doctor.engine import EngineConfig
+from strata_doctor.hostmap import build_map
+from strata_doctor.render_map import encodable, to_ascii, to_mermaid, to_text
+from strata_doctor.root import Root
+from tests.conftest import HOSTS, REPO, compare_golden, run_cli, two_node_files, write_tree
+
+GOLDEN = REPO / "tests" / "golden" / "map"
+GOLDEN_HOSTS = ("seed-box", "seed-box-mirror", "xeon-snc2", "no-gpu")
+ALL_HOSTS = sorted(p.name for p in HOSTS.iterdir() if p.is_dir()) if HOSTS.is_dir() else []
+SUFFIX = {"text": "txt", "mermaid": "mmd", "json": "json"}
+
+
+@pytest.mark.parametrize("fmt", sorted(SUFFIX))
+@pytest.mark.parametrize("host", GOLDEN_HOSTS)
+def test_golden(host: str, fmt: str) -> None:
+    result = run_cli(["map", "--root", str(HOSTS / host), "--format", fmt])
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""
+    compare_golden(GOLDEN / f"{host}.{SUFFIX[fmt]}", result.stdout)
+
+
+def test_json_numbers_are_the_fixtures() -> None:
+    """The seed box's nodes as its sysfs files say (MemTotal in kB), its GPUs and plan."""
+    data = json.loads(run_cli(["map", "--root", str(HOSTS / "seed-box"), "--format", "json"]).stdout)
+    assert data["schema"] == "strata-doctor/map/v1"
+    node_dir = HOSTS / "seed-box" / "sys" / "devices" / "system" / "node"
+    for node in data["nodes"]:
+        meminfo = (node_dir / f"node{node['id']}" / "meminfo").read_text()
+        total_kb = int(re.search(r"MemTotal:\s+(\d+) kB", meminfo).group(1))  # type: ignore[union-attr]
+        free_kb = int(re.search(r"MemFree:\s+(\d+) kB", meminfo).group(1))  # type: ignore[union-attr]
+        assert node["memory_total_bytes"] == total_kb * 1024
+        assert node["memory_free_bytes"] == free_kb * 1024
+        assert node["cpus"] == (node_dir / f"node{node['id']}" / "cpulist").read_text().strip()
+    assert [n["distances"] for n in data["nodes"]] == [{"0": 10, "1": 21}, {"0": 21, "1": 10}]
+    compute = [g for g in data["gpus"] if g["compute"]]
+    assert [(g["address"], g["model"], g["node"]) for g in compute] == [
+        ("0000:84:00.0", "NVIDIA GeForce GTX 1080 Ti", 1)]
+    assert data["plan"]["numactl"] == ["numactl", "--preferred=1", "--cpunodebind=1"]
+    assert data["engine"]["pid"] == 48213 and data["engine"]["follows_plan"] is False
+    assert [c["what"] for c in data["fix"]["changes"]] == ["CPUs", "memory"]
+    assert data["fix"]["changes"][0] == {"what": "CPUs", "now": "0-87", "after": "22-43,66-87"}
+
+
+def test_bound_engine_needs_no_fix() -> None:
+    data = json.loads(run_cli(["map", "--root", str(HOSTS / "seed-box-bound"), "--format", "json"]).stdout)
+    assert data["engine"]["follows_plan"] is True
+    assert data["fix"]["changes"] == []
+    assert data["fix"]["summary"].startswith("nothing to change")
+
+
+# -- ASCII when the stream cannot encode box drawing --------------------------------
+def test_ascii_under_a_latin1_stream() -> None:
+    runner = CliRunner(charset="latin-1")
+    result = runner.invoke(main, ["map", "--root", str(HOSTS / "seed-box")], catch_exceptions=False)
+    assert result.exit_code == 0
+    assert result.stdout.isascii()
+    assert "+- socket 1 -" in result.stdout and "0-87 -> 22-43,66-87" in result.stdout
+    assert result.stdout == to_ascii(run_cli(["map", "--root", str(HOSTS / "seed-box")]).stdout)
+
+
+def test_encodable() -> None:
+    assert encodable("utf-8")
+    assert not encodable("latin-1")
+    assert not encodable("ascii")
+    assert not encodable("no-such-codec")
+
+
+@pytest.mark.parametrize("host", ALL_HOSTS)
+def test_boxes_line_up(host: str) -> None:
+    """Every line of a box has the same width as its top edge, on every fixture host."""
+    text = run_cli(["map", "--root", str(HOSTS / host)]).stdout
+    boxed = [line for line in text.splitlines() if line[:1] in ("┌", "│", "└")]
+    assert len({len(line) for line in boxed}) <= 1, text
+
+
+# -- Mermaid: the basic flowchart subset, checked line by line --------------------------
+ID = r"[A-Za-z][A-Za-z0-9_]*"
+LABEL = r'\["[^"<>]*"\]'  # quoted; quotes and angle brackets only as entity codes (<br/> aside)
+EDGE_LABEL = r'\|"[^"<>]*"\|'
+STATEMENTS = [
+    re.compile(rf"^  (?:  )?({ID}){LABEL}$"),  # a node
+    re.compile(rf"^  subgraph ({ID}){LABEL}$"),
+    re.compile(r"^  end$"),
+    re.compile(rf"^  ({ID}) (?:---|-\.->|==>)(?:{EDGE_LABEL})? ({ID})$"),
+    re.compile(rf"^  classDef {ID} [a-z-]+:[0-9a-z]+$"),
+    re.compile(rf"^  class {ID}(?:,{ID})* {ID}$"),
+]
+
+
+def check_mermaid(text: str) -> None:
+    """Fail unless ``text`` is a flowchart made only of the statements above, its subgraphs
+    closed, every node defined once and every link between defined nodes."""
+    lines = text.replace("<br/>", " ").splitlines()
+    assert lines[0] == "flowchart TB"
+    defined: Set[str] = set()
+    linked: List[str] = []
+    depth = 0
+    for line in lines[1:]:
+        found = [(kind, m) for kind, m in ((k, s.match(line)) for k, s in enumerate(STATEMENTS)) if m]
+        assert found, f"not in the basic subset: {line!r}"
+        kind, match = found[0]
+        if kind == 0:  # a node
+            assert match.group(1) not in defined and match.group(1) != "end", f"defined twice: {line}"
+            defined.add(match.group(1))
+        elif kind == 1:  # subgraph
+            depth += 1
+        elif kind == 2:
+            depth -= 1
+            assert depth >= 0
+        elif kind == 3:  # a link
+            linked.extend(match.groups())
+    assert depth == 0
+    assert set(linked) <= defined, set(linked) - defined
+
+
+@pytest.mark.parametrize("host", ALL_HOSTS)
+def test_mermaid_shape(host: str) -> None:
+    result = run_cli(["map", "--root", str(HOSTS / host), "--format", "mermaid"])
+    assert result.exit_code == 0, result.stderr
+    check_mermaid(result.stdout)
+    assert result.stdout.isascii()
+
+
+def test_mermaid_escapes_host_text(tmp_path: Path) -> None:
+    """A GPU name is host text: quotes and angle brackets become entity codes."""
+    root = write_tree(tmp_path / "host", two_node_files())
+    ctx = HostContext(Root(str(root)), EngineConfig())
+    models: Dict[str, str] = {"0000:81:00.0": 'Evil "GPU" <script>#1'}
+    host = build_map(ctx, models)
+    text = to_mermaid(host)
+    check_mermaid(text)
+    assert "Evil #quot;GPU#quot; #lt;script#gt;#35;1" in text
+    assert 'Evil "GPU" <script>#1' in to_text(host)
+
+
+def test_mermaid_links_the_plan_and_the_gpu() -> None:
+    text = run_cli(["map", "--root", str(HOSTS / "xeon-snc2"), "--format", "mermaid"]).stdout
+    assert "  gpu_0000_98_00_0 --- node2" in text
+    assert '  engine ==>|"plan: numactl --interleave=2,3 --cpunodebind=2,3"| node2' in text
+    assert '  engine ==>|"plan: numactl --interleave=2,3 --cpunodebind=2,3"| node3' in text
+    assert '  node0 ---|"distance 12"| node1' in text
+
+
+# -- options and errors -------------------------------------------------------------
+def test_listed_in_help() -> None:
+    assert "map" in run_cli(["--help"]).stdout
+
+
+def test_unknown_node_is_a_usage_error(tmp_path: Path) -> None:
+    root = write_tree(tmp_path / "host", {**two_node_files(), "/etc/strata-doctor.yaml": "numa: 7\n"})
+    result = run_cli(["map", "--root", str(root)])
+    assert result.exit_code == 2
+    assert "no such NUMA node on this host (nodes: 0,1)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_host_options_reach_the_plan() -> None:
+    """--arena changes where the arena sits (the same options as check)."""
+    small = json.loads(run_cli(["map", "--root", str(HOSTS / "xeon-snc2"), "--arena", "20GiB",
+                                "--format", "json"]).stdout)
+    assert small["plan"]["nodes"] == [2]
+    assert small["arena"]["nodes"] == "2"
+
+
+def test_no_numa_facts(tmp_path: Path) -> None:
+    """A GPU on no known node, on a host without NUMA folders, is still drawn."""
+    files = {k: v for k, v in two_node_files().items() if "/system/node/" not in k}
+    root = write_tree(tmp_path / "host", files)
+    result = run_cli(["map", "--root", str(root)])
+    assert result.exit_code == 0, result.stderr
+    assert "no NUMA information" in result.stdout
+    assert "GPU on no known node" in result.stdout
+    check_mermaid(run_cli(["map", "--root", str(root), "--format", "mermaid"]).stdout)
