@@ -189,3 +189,12 @@ def test_no_numa_facts(tmp_path: Path) -> None:
     assert "no NUMA information" in result.stdout
     assert "GPU on no known node" in result.stdout
     check_mermaid(run_cli(["map", "--root", str(root), "--format", "mermaid"]).stdout)
+
+
+# -- the docs show what the tool prints ---------------------------------------------
+def test_docs_show_the_golden_picture() -> None:
+    doc = (REPO / "docs" / "map.md").read_text()
+    assert (GOLDEN / "seed-box.txt").read_text() in doc
+    excerpt = doc.split("```mermaid\n", 1)[1].split("```", 1)[0]
+    golden = (GOLDEN / "seed-box.mmd").read_text().splitlines()
+    assert set(excerpt.splitlines()) <= set(golden)
