@@ -288,6 +288,9 @@ class Report:
     measured: Optional[str] = None
     """The saved ``strata-doctor probe`` matrix as text (and why check ignores it, if it
     does); None when the host has none."""
+    host_map: Optional[str] = None
+    """The host as a Mermaid flowchart, as ``strata-doctor map --format mermaid`` draws it
+    (docs/map.md); None when the configuration names a node the host lacks."""
 
 
 def build_report(ctx: HostContext, results: Sequence[CheckResult], code: int) -> Report:
@@ -310,6 +313,7 @@ def build_report(ctx: HostContext, results: Sequence[CheckResult], code: int) ->
         root_would_add=(),
         live=root.live,
         measured=measured_text(ctx),
+        host_map=host_map(ctx),
     )
     # Commands and unreadable paths last: every read above must be in them.
     return _with_provenance(report, root)
@@ -328,6 +332,19 @@ def measured_text(ctx: HostContext) -> Optional[str]:
     if saved.unused:
         text += f"Not used by check: {saved.unused}.\n"
     return text
+
+
+def host_map(ctx: HostContext) -> Optional[str]:
+    """The Mermaid picture of the host (docs/map.md), its GPUs named as nvidia-smi names them."""
+    from strata_doctor.api import PlanError
+    from strata_doctor.hostmap import build_map
+    from strata_doctor.render_map import to_mermaid
+
+    smi = parse_smi_query(_stdout(ctx.root.run(NVIDIA_SMI_QUERY)))
+    try:
+        return to_mermaid(build_map(ctx, {address: row.name for address, row in smi.items()}))
+    except PlanError:  # numa: N names no node; the checks say so
+        return None
 
 
 def _with_provenance(report: Report, root: Root) -> Report:

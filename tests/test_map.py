@@ -198,3 +198,40 @@ def test_docs_show_the_golden_picture() -> None:
     excerpt = doc.split("```mermaid\n", 1)[1].split("```", 1)[0]
     golden = (GOLDEN / "seed-box.mmd").read_text().splitlines()
     assert set(excerpt.splitlines()) <= set(golden)
+
+
+def test_report_has_the_same_picture() -> None:
+    """`report` puts the map's Mermaid in its Markdown, fenced for GitHub and GitLab."""
+    report = run_cli(["report", "--root", str(HOSTS / "seed-box")]).stdout
+    block = report.split("### Host map\n", 1)[1].split("```mermaid\n", 1)[1].split("```\n", 1)[0]
+    assert block == run_cli(["map", "--root", str(HOSTS / "seed-box"), "--format", "mermaid"]).stdout
+    check_mermaid(block)
+
+
+def test_report_without_a_plan_still_renders(tmp_path: Path) -> None:
+    """numa: 7 on a two-node host: check reports it; the report leaves the diagram out."""
+    root = write_tree(tmp_path / "host", {**two_node_files(), "/etc/strata-doctor.yaml": "numa: 7\n"})
+    result = run_cli(["report", "--root", str(root)])
+    assert result.exit_code == 0, result.stderr
+    assert "```mermaid" not in result.stdout
+
+
+def test_a_bundle_replays_the_same_picture(tmp_path: Path) -> None:
+    """The report's bundle holds everything the map reads (nvidia-smi's names included)."""
+    bundle = tmp_path / "host.tar.gz"
+    seed = str(HOSTS / "seed-box")
+    made = run_cli(["report", "--root", seed, "--bundle", str(bundle), "-o", str(tmp_path / "r.md")])
+    assert made.exit_code == 0, made.stderr
+    for fmt in ("text", "json"):
+        replayed = run_cli(["map", "--bundle", str(bundle), "--format", fmt])
+        assert replayed.exit_code == 0, replayed.stderr
+        assert replayed.stdout == run_cli(["map", "--root", seed, "--format", fmt]).stdout
+
+
+@pytest.mark.parametrize("host", ALL_HOSTS)
+def test_json_on_every_fixture(host: str) -> None:
+    result = run_cli(["map", "--root", str(HOSTS / host), "--format", "json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["schema"] == "strata-doctor/map/v1"
+    assert sum(n["threads"] for n in data["nodes"]) in (0, data["cpus"])
