@@ -204,7 +204,7 @@ def gpu_list(ctx: HostContext, models: Mapping[str, str]) -> Tuple[MapGpu, ...]:
         node, source, _ = place_gpu(gpu, ctx.numa)
         gpus.append(MapGpu(
             address=gpu.address,
-            model=known.get(normalize_address(gpu.address)) or f"{gpu.vendor_name} {gpu.ids}",
+            model=printable(known.get(normalize_address(gpu.address)) or f"{gpu.vendor_name} {gpu.ids}"),
             ids=gpu.ids,
             node=node,
             node_source=source,
@@ -214,6 +214,11 @@ def gpu_list(ctx: HostContext, models: Mapping[str, str]) -> Tuple[MapGpu, ...]:
         ))
     gpus.sort(key=lambda g: (not g.compute, g.address))
     return tuple(gpus)
+
+
+def printable(text: str) -> str:
+    """Host text without control characters (a captured nvidia-smi output is host input)."""
+    return "".join(char if char.isprintable() else "?" for char in text)
 
 
 def link_text(link: PcieLink) -> Optional[str]:
@@ -242,12 +247,18 @@ def engine_now(ctx: HostContext) -> EngineNow:
         state = unit.reason or "unknown"
     if proc is not None:
         policies = sorted(proc.policies, key=lambda pair: (-pair[1], pair[0]))
-        policy = policies[0][0] if policies else "unknown"
         spread = ", ".join(f"node {n} {format_bytes(size)}" for n, size in proc.memory_by_node if size)
+        unread = ctx.why_unread(f"/proc/{proc.pid}/numa_maps")
+        if unread:
+            memory = f"unknown (numa_maps: {unread})"
+        elif policies and spread:
+            memory = f"policy {policies[0][0]}: {spread}"
+        else:
+            memory = "no pages yet"
         return EngineNow(
             unit=name, state=f"running (pid {proc.pid}" + (")" if unit.main_pid else f", outside {name})"),
             pid=proc.pid, source=f"/proc/{proc.pid}", cpus=proc.cpus_allowed or None,
-            memory=f"policy {policy}" + (f": {spread}" if spread else ", no pages yet"),
+            memory=memory,
             memory_by_node=proc.memory_by_node, follows_plan=None, configured=None,
         )
     if unit.loaded:

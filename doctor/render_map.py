@@ -167,7 +167,7 @@ def _engine_lines(host: HostMap) -> List[str]:
     lines = ["", f"engine  {engine.unit}: {engine.state}"]
     if engine.source != "none":
         cpus = format_cpulist(engine.cpus) if engine.cpus else "any (no limit)"
-        lines.append(_item("now", f"CPUs {cpus}, memory {engine.memory} ({engine.source})"))
+        lines.append(_item("now", f"{engine.source}: CPUs {cpus}, memory {engine.memory}"))
     if plan.binds:
         nodes = ",".join(str(n) for n in plan.nodes)
         lines.append(_item("plan", f"{' '.join(plan.numactl)}: CPUs {plan.cpulist}, memory "
@@ -270,9 +270,11 @@ def _label(lines: Iterable[str]) -> str:
 
 
 def _escape(text: str) -> str:
-    """Text safe inside a quoted Mermaid label: its quotes and angle brackets as entity codes."""
+    """Text safe inside a quoted Mermaid label: quotes, angle brackets, ``#`` and anything
+    beyond ASCII as entity codes (``#quot;``, ``#233;``)."""
     text = to_ascii(" ".join(text.split()))
-    return text.replace("#", "#35;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+    text = text.replace("#", "#35;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
+    return "".join(char if char.isascii() else f"#{ord(char)};" for char in text)
 
 
 def _distance_pairs(nodes: Sequence[MapNode]) -> List[Tuple[int, int, str]]:

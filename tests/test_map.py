@@ -143,12 +143,13 @@ def test_mermaid_escapes_host_text(tmp_path: Path) -> None:
     """A GPU name is host text: quotes and angle brackets become entity codes."""
     root = write_tree(tmp_path / "host", two_node_files())
     ctx = HostContext(Root(str(root)), EngineConfig())
-    models: Dict[str, str] = {"0000:81:00.0": 'Evil "GPU" <script>#1'}
+    models: Dict[str, str] = {"0000:81:00.0": 'Evil "GPU" <script>#1 é\x1b[2J'}
     host = build_map(ctx, models)
     text = to_mermaid(host)
     check_mermaid(text)
-    assert "Evil #quot;GPU#quot; #lt;script#gt;#35;1" in text
-    assert 'Evil "GPU" <script>#1' in to_text(host)
+    assert text.isascii()
+    assert "Evil #quot;GPU#quot; #lt;script#gt;#35;1 #233;?[2J" in text
+    assert 'Evil "GPU" <script>#1 é?[2J' in to_text(host)
 
 
 def test_mermaid_links_the_plan_and_the_gpu() -> None:
