@@ -34,7 +34,7 @@ from strata_doctor.memory import (
     read_node_pools,
     read_thp,
 )
-from strata_doctor.oomd import OomdFacts, read_oomd
+from strata_doctor.oomd import OomdFacts, read_oomd, read_oomd_active
 from strata_doctor.parse import format_cpulist, parse_meminfo
 from strata_doctor.probe_data import SAVED_PATH, SavedProbe, read_saved
 from strata_doctor.processes import ProcessInfo, find_engine_pid, read_processes, read_uptime
@@ -219,6 +219,11 @@ class HostContext:
     def oomd(self) -> OomdFacts:
         """systemd-oomd and the engine's cgroup under it."""
         return read_oomd(self.root, self.unit, self.engine_pid, self.processes, detect_container(self.root))
+
+    @cached_property
+    def oomd_active(self) -> str:
+        """systemd-oomd's state as ``systemctl is-active`` says it, or ``unknown (why)``."""
+        return read_oomd_active(self.root)
 
     @cached_property
     def pool_assessment(self) -> PoolAssessment:

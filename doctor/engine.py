@@ -7,7 +7,7 @@ the engine's process (``/proc/PID/status`` and ``/proc/PID/numa_maps``).
 """
 
 import re
-from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
 
 from strata_doctor.parse import (
     numa_maps_totals,
@@ -270,12 +270,27 @@ def read_unit(root: Root, unit: str) -> UnitState:
 
 
 def _why(result: CommandResult) -> str:
+    return command_failure(result, result.argv[0]) + (" (no systemd)" if result.missing else "")
+
+
+def command_outcome(result: CommandResult) -> str:
+    """How a command ended: ``not found``, ``timed out`` or ``exit N``."""
     if result.missing:
-        return f"{result.argv[0]} not found (no systemd)"
+        return "not found"
     if result.timed_out:
-        return f"{result.argv[0]} timed out"
+        return "timed out"
+    return f"exit {result.status}"
+
+
+def command_failure(result: CommandResult, name: str) -> str:
+    """Why ``name`` gave nothing to read: ``NAME not found``, ``NAME timed out`` or
+    ``NAME exited N: <the first line of its stderr>``."""
+    if result.missing:
+        return f"{name} not found"
+    if result.timed_out:
+        return f"{name} timed out"
     err = result.stderr.strip().splitlines()
-    return f"{result.argv[0]} exited {result.status}" + (f": {err[0]}" if err else "")
+    return f"{name} exited {result.status}" + (f": {err[0]}" if err else "")
 
 
 class UnitBinding(NamedTuple):
@@ -440,11 +455,3 @@ def read_process(root: Root, pid: int) -> Optional[EngineProcess]:
         memory_by_node=tuple(sorted(per_node.items())),
         policies=tuple(sorted(per_policy.items())),
     )
-
-
-Number = Union[int, float]
-
-
-def ratio(a: Number, b: Number) -> float:
-    """a / b, or 0 when b is 0."""
-    return float(a) / float(b) if b else 0.0

@@ -17,6 +17,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
+from strata_doctor.facts import NODE_DIR
 from strata_doctor.parse import (
     format_bytes,
     parse_bracketed_choice,
@@ -24,12 +25,12 @@ from strata_doctor.parse import (
     parse_meminfo,
     parse_mounts,
     parse_size,
+    unescape_octal,
 )
 from strata_doctor.processes import ProcessInfo
 from strata_doctor.root import Root
 
 HUGEPAGES_DIR = "/sys/kernel/mm/hugepages"
-NODE_DIR = "/sys/devices/system/node"
 THP_DIR = "/sys/kernel/mm/transparent_hugepage"
 NR_HUGEPAGES = "/proc/sys/vm/nr_hugepages"
 NR_OVERCOMMIT = "/proc/sys/vm/nr_overcommit_hugepages"
@@ -186,7 +187,7 @@ def parse_maps_paths(text: str) -> Set[str]:
         path = words[5].strip()
         if not path.startswith("/") or path.endswith(" (deleted)"):
             continue
-        paths.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path))
+        paths.add(unescape_octal(path))
     return paths
 
 

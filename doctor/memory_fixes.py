@@ -16,14 +16,14 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from strata_doctor.facts import NODE_DIR
 from strata_doctor.memory import SysctlConfig, SysctlSetting, count, format_page_size, size_dir_name
 from strata_doctor.model import FileChange, Fix, ManualStep, RuntimeAction, context_pairs
+from strata_doctor.oomd import OOMD_DROPIN
 
 SYSCTL_FILE = "/etc/sysctl.d/60-strata-doctor.conf"
 SYSCTL_NAME = "60-strata-doctor.conf"
 OWN_SUFFIX = "strata-doctor.conf"
-OOMD_DROPIN = "60-strata-doctor-oomd.conf"
-NODE_DIR = "/sys/devices/system/node"
 
 
 def sysctl_placement(

@@ -20,15 +20,19 @@ systemd-oomd --no-pager -o short-iso -n 200`` (``journalctl-oomd``).
 import re
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from strata_doctor.engine import UnitState, read_unit, unit_command
-from strata_doctor.parse import parse_meminfo
+from strata_doctor.engine import UnitState, command_failure, command_outcome, read_unit, unit_command
+from strata_doctor.parse import parse_meminfo, parse_mounts
 from strata_doctor.processes import ProcessInfo
-from strata_doctor.root import Command, CommandResult, Root
+from strata_doctor.root import Command, CommandResult, Root, command_key
 from strata_doctor.unitfile import parse_ini
 from strata_doctor.units import unit_file_paths
 
 OOMD_UNIT = "systemd-oomd.service"
 OOMCTL_DUMP = Command("oomctl-dump", ("oomctl", "dump"))
+OOMD_ACTIVE = Command(
+    command_key(["systemctl", "is-active", "systemd-oomd.service"]),
+    ("systemctl", "is-active", "systemd-oomd.service"),
+)
 JOURNAL_OOMD = Command(
     "journalctl-oomd",
     ("journalctl", "-u", "systemd-oomd", "--no-pager", "-o", "short-iso", "-n", "200"),
@@ -43,6 +47,7 @@ DEFAULT_PRESSURE_SECONDS = 30.0
 OOM_KEYS = ("ManagedOOMMemoryPressure", "ManagedOOMMemoryPressureLimit",
             "ManagedOOMMemoryPressureDurationSec", "ManagedOOMSwap", "ManagedOOMPreference")
 OOMD_DROPIN = "60-strata-doctor-oomd.conf"
+"""The drop-in ``fix --only oomd`` writes (ManagedOOMPreference=avoid)."""
 _USER_MANAGER = re.compile(r"^user@(\d+)\.service$")
 
 
@@ -551,6 +556,17 @@ def read_oomd(
     )
 
 
+def read_oomd_active(root: Root) -> str:
+    """systemd-oomd's state as ``systemctl is-active`` says it (``active``, ``inactive``...),
+    or ``unknown (why)``."""
+    result = root.run(OOMD_ACTIVE)
+    state = result.stdout.strip().splitlines()
+    if state:
+        return state[0]  # is-active exits non-zero for inactive, but still says so
+    err = result.stderr.strip().splitlines()
+    return f"unknown ({command_outcome(result)}" + (f": {err[0]})" if err else ")")
+
+
 def slice_path(slice_name: str) -> str:
     """The cgroup path of a slice: ``user-1000.slice`` -> ``/user.slice/user-1000.slice``."""
     if slice_name in ("-.slice", ""):
@@ -564,8 +580,7 @@ def cgroup_v2(root: Root, v1_seen: bool = False) -> Optional[bool]:
     """Whether the host uses the unified cgroup hierarchy."""
     if root.exists("/sys/fs/cgroup/cgroup.controllers"):
         return True
-    mounts = root.read("/proc/mounts") or ""
-    types = {line.split()[2]: line.split()[1] for line in mounts.splitlines() if len(line.split()) > 2}
+    types = {fstype: point for _, point, fstype, _ in parse_mounts(root.read("/proc/mounts") or "")}
     if types.get("cgroup2") == "/sys/fs/cgroup":
         return True
     if "cgroup" in types or v1_seen or root.is_dir("/sys/fs/cgroup/memory"):
@@ -579,14 +594,7 @@ def _int(text: str) -> Optional[int]:
 
 
 def _why(result: CommandResult, name: str) -> str:
-    if result.ok and result.stdout.strip():
-        return ""
-    if result.missing:
-        return f"{name} not found"
-    if result.timed_out:
-        return f"{name} timed out"
-    err = (result.stderr.strip().splitlines() or [""])[0]
-    return f"{name} exited {result.status}" + (f": {err}" if err else "")
+    return "" if result.ok and result.stdout.strip() else command_failure(result, name)
 
 
 def _journal_reason(result: CommandResult) -> str:

@@ -399,11 +399,12 @@ def parse_mounts(text: str) -> List[Tuple[str, str, str, str]]:
         words = line.split()
         if len(words) < 4:
             continue
-        mounts.append((_unescape(words[0]), _unescape(words[1]), words[2], words[3]))
+        mounts.append((unescape_octal(words[0]), unescape_octal(words[1]), words[2], words[3]))
     return mounts
 
 
-def _unescape(text: str) -> str:
+def unescape_octal(text: str) -> str:
+    """Decode the kernel's octal escapes (``\\040`` is a space) in /proc/mounts and maps."""
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
 
 

@@ -17,19 +17,18 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 from strata_doctor import __version__
 from strata_doctor.binding import numactl_line
 from strata_doctor.context import HostContext, place_gpu
-from strata_doctor.engine import SYSTEMD_VERSION, EngineConfig
+from strata_doctor.engine import SYSTEMD_VERSION, EngineConfig, command_outcome
 from strata_doctor.facts import Gpu, normalize_address
 from strata_doctor.model import CheckResult, Finding, Severity
+from strata_doctor.oomd import OOMD_ACTIVE
 from strata_doctor.parse import (
     format_bytes,
     format_cpulist,
-    parse_bracketed_choice,
-    parse_int,
     parse_key_values,
     parse_meminfo,
 )
 from strata_doctor.render import EXIT_CRASH, EXIT_READY
-from strata_doctor.root import Command, CommandResult, Root, command_key
+from strata_doctor.root import Command, CommandResult, Root
 
 REPORT_SCHEMA = "strata-doctor/report/v1"
 NVIDIA_SMI = Command("nvidia-smi", ("nvidia-smi",), timeout=10.0)
@@ -42,15 +41,9 @@ NVIDIA_SMI_QUERY = Command(
      "--format=csv,noheader"),
     timeout=10.0,
 )
-OOMD_ACTIVE = Command(
-    command_key(["systemctl", "is-active", "systemd-oomd.service"]),
-    ("systemctl", "is-active", "systemd-oomd.service"),
-)
 REPORT_COMMANDS = (NVIDIA_SMI, NVIDIA_SMI_QUERY, SYSTEMD_VERSION, OOMD_ACTIVE)
 """Commands only the report runs; they are recorded (and bundled) like the checks' own."""
 
-THP_DIR = "/sys/kernel/mm/transparent_hugepage"
-NODE_DIR = "/sys/devices/system/node"
 ISA_NAMES = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16",
              "avx512_vnni": "AVX-512 VNNI", "amx_tile": "AMX", "amx_bf16": "AMX BF16"}
 HOME_PARENTS = ("home", "Users")
@@ -304,7 +297,7 @@ def build_report(ctx: HostContext, results: Sequence[CheckResult], code: int) ->
         exit_code=code,
         hardware=read_hardware(ctx),
         engine=engine_line(ctx),
-        memory=read_memory_state(ctx),
+        memory=memory_state(ctx),
         findings=findings,
         other_checks=tuple(_other_checks(results)),
         versions=read_versions(root),
@@ -573,42 +566,30 @@ def _config_source(ctx: HostContext) -> Optional[str]:
     return "/etc/strata-doctor.yaml" if source == default else os.path.basename(source)
 
 
-def read_memory_state(ctx: HostContext) -> MemoryState:
-    """Hugepage pool, THP mode and oomd, read through the root."""
-    root = ctx.root
-    meminfo = parse_meminfo(root.read("/proc/meminfo") or "")
-    size = meminfo.get("Hugepagesize")
+def memory_state(ctx: HostContext) -> MemoryState:
+    """Hugepage pool, THP mode and oomd, from the host's facts."""
+    hugepages, thp = ctx.hugepages, ctx.thp
+    size = hugepages.mem("Hugepagesize")
     per_node: List[Tuple[int, int]] = []
     if size:
-        for node in ctx.numa.nodes:
-            count = parse_int(root.read(f"{NODE_DIR}/node{node.id}/hugepages/"
-                                        f"hugepages-{size // 1024}kB/nr_hugepages"))
-            if count is not None:
-                per_node.append((node.id, count))
+        pools = {p.node: p.total for p in hugepages.node_pools if p.size == size}
+        per_node = [(node.id, pools[node.id]) for node in ctx.numa.nodes if node.id in pools]
     unit = ctx.unit
     oom_policy = None
     if unit.loaded:
         oom_policy = (f"ManagedOOMMemoryPressure={unit.get('ManagedOOMMemoryPressure') or '?'} "
                       f"ManagedOOMSwap={unit.get('ManagedOOMSwap') or '?'}")
     return MemoryState(
-        nr_hugepages=parse_int(root.read("/proc/sys/vm/nr_hugepages")),
+        nr_hugepages=hugepages.nr_hugepages,
         hugepage_bytes=size,
-        hugepages_free=meminfo.get("HugePages_Free"),
-        hugepages_reserved=meminfo.get("HugePages_Rsvd"),
+        hugepages_free=hugepages.mem("HugePages_Free"),
+        hugepages_reserved=hugepages.mem("HugePages_Rsvd"),
         per_node=tuple(per_node),
-        thp_enabled=parse_bracketed_choice(root.read(f"{THP_DIR}/enabled") or ""),
-        thp_defrag=parse_bracketed_choice(root.read(f"{THP_DIR}/defrag") or ""),
-        oomd=_oomd_state(root.run(OOMD_ACTIVE)),
+        thp_enabled=thp.enabled,
+        thp_defrag=thp.defrag,
+        oomd=ctx.oomd_active,
         unit_oom_policy=oom_policy,
     )
-
-
-def _oomd_state(result: CommandResult) -> str:
-    state = result.stdout.strip().splitlines()
-    if state:
-        return state[0]  # is-active exits non-zero for inactive, but still says so
-    err = result.stderr.strip().splitlines()
-    return f"unknown ({_outcome(result)}" + (f": {err[0]})" if err else ")")
 
 
 def protected_words(ctx: HostContext, results: Sequence[CheckResult]) -> List[str]:
@@ -656,14 +637,6 @@ def _stdout(result: CommandResult) -> str:
     return result.stdout if result.ok else ""
 
 
-def _outcome(result: CommandResult) -> str:
-    if result.missing:
-        return "not found"
-    if result.timed_out:
-        return "timed out"
-    return f"exit {result.status}"
-
-
 def command_line(result: CommandResult) -> CommandLine:
     """A command with its outcome and shortened output."""
     lines = result.stdout.splitlines()
@@ -672,7 +645,7 @@ def command_line(result: CommandResult) -> CommandLine:
         output += f"\n... ({len(lines) - COMMAND_LINES} more lines in the bundle)"
     if result.stderr.strip():
         output += ("\n" if output else "") + "stderr: " + result.stderr.strip().splitlines()[0]
-    return CommandLine(result.display, _outcome(result), output)
+    return CommandLine(result.display, command_outcome(result), output)
 
 
 def unreadable_items(root: Root) -> List[Tuple[str, str]]:
@@ -680,7 +653,7 @@ def unreadable_items(root: Root) -> List[Tuple[str, str]]:
     items = [(path, reason) for path, reason in sorted(root.reads.items()) if reason is not None]
     for _, result in sorted(root.commands.items()):
         if not result.ok:
-            items.append((result.display, _outcome(result)))
+            items.append((result.display, command_outcome(result)))
     return items
 
 
