@@ -66,6 +66,9 @@ class EngineConfig(NamedTuple):
     """``auto`` (the GPU's node), ``off``, or a node id (``numa:``)."""
     source: Optional[str] = None
     """The config file these came from, if any."""
+    lock: bool = False
+    """Whether the engine locks its arena and K/V in RAM (``lock:``: mlock or pinned host
+    memory), so the locked-memory limit must hold them."""
 
     @property
     def pinned_bytes(self) -> Optional[int]:
@@ -74,7 +77,7 @@ class EngineConfig(NamedTuple):
 
 
 MAX_SETTING = 100  # characters: no setting is longer; a 5000-digit number is garbage
-_KEYS = ("arena", "kv", "unit", "workers", "headroom", "hugepages", "gpu", "numa")
+_KEYS = ("arena", "kv", "unit", "workers", "headroom", "hugepages", "gpu", "numa", "lock")
 
 
 def parse_config(data: object, source: str) -> EngineConfig:
@@ -130,6 +133,12 @@ def _convert(key: str, value: object) -> Dict[str, object]:
         return {"unit": text if "." in text else text + ".service"}
     if key == "gpu":
         return {"gpu": str(value)}
+    if key == "lock":
+        if isinstance(value, bool):
+            return {"lock": value}
+        if str(value).lower() in ("true", "yes", "on", "false", "no", "off"):
+            return {"lock": str(value).lower() in ("true", "yes", "on")}
+        raise ValueError(f"expected true or false, got {value!r}")
     raise ValueError(f"unknown setting {key!r}")
 
 
@@ -161,10 +170,8 @@ def _load_config(root: Root, path: Optional[str]) -> EngineConfig:
         source = str(root.path(DEFAULT_CONFIG)) if not root.live else DEFAULT_CONFIG
         if text is None:
             return EngineConfig()
-    simple, data = simple_yaml(text or "")
-    if simple:
-        return parse_config(data, source)
-    import yaml  # only for a config the reader above does not take: yaml costs start-up time
+    import yaml  # only when there is a config to read
+
 
     try:
         data = yaml.safe_load(text or "")
@@ -177,49 +184,6 @@ def _load_config(root: Root, path: Optional[str]) -> EngineConfig:
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{source}:{where} not valid YAML") from None
     return parse_config(data, source)
-
-
-# The configs people write are flat ``key: value`` lines; reading those without importing
-# yaml saves the preflight check most of its start-up. Anything else (nesting, flow
-# style, escapes, tabs, document markers, values YAML 1.1 would read as numbers, dates or
-# booleans in other spellings) goes to yaml.safe_load, which gives the same data.
-_YAML_LINE = re.compile(
-    r'([A-Za-z_][A-Za-z0-9_]*): +("[^"\\\n]*"|[A-Za-z][A-Za-z0-9_./-]*|[0-9]+(?:\.[0-9]+)?[A-Za-z]*)'
-    r"(?: +#.*| *)"
-)
-_YAML_BOOLS = {w: True for w in ("yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON")}
-_YAML_BOOLS.update({w: False for w in ("no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF")})
-_YAML_NULLS = ("null", "Null", "NULL", "~")
-_YAML_INT = re.compile(r"0|[1-9][0-9]*")
-
-
-def simple_yaml(text: str) -> Tuple[bool, object]:
-    """``(True, data)`` when ``text`` is flat ``key: value`` lines, with ``data`` exactly
-    what ``yaml.safe_load`` returns; ``(False, None)`` for anything else."""
-    data: Dict[str, object] = {}
-    for line in text.split("\n"):
-        if not line.strip(" ") or line.lstrip(" ").startswith("#"):
-            continue
-        match = _YAML_LINE.fullmatch(line)
-        if not match or match[1] in _YAML_BOOLS or match[1] in _YAML_NULLS:
-            return False, None
-        value = match[2]
-        if value.startswith('"'):
-            data[match[1]] = value[1:-1]
-        elif value in _YAML_BOOLS:
-            data[match[1]] = _YAML_BOOLS[value]
-        elif value in _YAML_NULLS:
-            data[match[1]] = None
-        elif _YAML_INT.fullmatch(value):
-            if len(value) > MAX_SETTING:  # kept as text: apply_settings names it (int() may refuse)
-                data[match[1]] = value
-            else:
-                data[match[1]] = int(value)
-        elif value[0].isdigit() and (not value[-1].isalpha() or value[0] == "0"):
-            return False, None  # 1.5, 017, 0x1f: YAML 1.1 numbers
-        else:
-            data[match[1]] = value
-    return True, (data or None)
 
 
 class UnitState(NamedTuple):
