@@ -12,7 +12,7 @@ from typing import FrozenSet, Mapping, NamedTuple, Optional, Tuple
 
 from strata_doctor.api import NumaPlan, plan_for_context
 from strata_doctor.context import HostContext, place_gpu
-from strata_doctor.facts import PcieLink, normalize_address
+from strata_doctor.facts import Gpu, PcieLink, normalize_address
 from strata_doctor.parse import format_bytes, format_cpulist, parse_cpulist
 
 FIX_COMMAND = "strata-doctor fix --only numa-binding"
@@ -76,7 +76,7 @@ class EngineNow(NamedTuple):
     unit: str
     """The engine unit."""
     state: str
-    """``running (pid N)``, ``active/running``, ``inactive/dead``, ``not loaded (...)``..."""
+    """``running (pid N)``, or ``not running: `` and the unit's state (``unit inactive/dead``)."""
     pid: Optional[int]
     """The running engine's PID."""
     source: str
@@ -204,7 +204,7 @@ def gpu_list(ctx: HostContext, models: Mapping[str, str]) -> Tuple[MapGpu, ...]:
         node, source, _ = place_gpu(gpu, ctx.numa)
         gpus.append(MapGpu(
             address=gpu.address,
-            model=printable(known.get(normalize_address(gpu.address)) or f"{gpu.vendor_name} {gpu.ids}"),
+            model=printable(known.get(normalize_address(gpu.address)) or _pci_name(gpu)),
             ids=gpu.ids,
             node=node,
             node_source=source,
@@ -214,6 +214,12 @@ def gpu_list(ctx: HostContext, models: Mapping[str, str]) -> Tuple[MapGpu, ...]:
         ))
     gpus.sort(key=lambda g: (not g.compute, g.address))
     return tuple(gpus)
+
+
+def _pci_name(gpu: Gpu) -> str:
+    if gpu.vendor is None:
+        return "unknown model (no PCI ids)"
+    return f"{gpu.vendor_name} {gpu.ids}"
 
 
 def printable(text: str) -> str:
@@ -240,11 +246,12 @@ def engine_now(ctx: HostContext) -> EngineNow:
     name = ctx.config.unit
     proc = ctx.engine_process
     if unit.loaded:
-        state = f"{unit.get('ActiveState') or '?'}/{unit.get('SubState') or '?'}"
+        unit_state = f"unit {unit.get('ActiveState') or '?'}/{unit.get('SubState') or '?'}"
     elif unit.available:
-        state = f"not loaded (LoadState={unit.get('LoadState') or '?'})"
+        unit_state = f"unit LoadState={unit.get('LoadState') or '?'}"
     else:
-        state = unit.reason or "unknown"
+        unit_state = unit.reason.rstrip(".") or "unit state unknown"
+    state = f"not running: {unit_state}"
     if proc is not None:
         policies = sorted(proc.policies, key=lambda pair: (-pair[1], pair[0]))
         spread = ", ".join(f"node {n} {format_bytes(size)}" for n, size in proc.memory_by_node if size)
@@ -268,10 +275,10 @@ def engine_now(ctx: HostContext) -> EngineNow:
         bound = policy not in ("", "n/a", "default")
         memory = f"NUMAPolicy={policy} NUMAMask={mask}" if bound else "by first touch, no NUMAPolicy"
         return EngineNow(
-            unit=name, state=state + ", not running", pid=None, source=f"systemctl show {name}",
+            unit=name, state=state, pid=None, source=f"systemctl show {name}",
             cpus=cpus or None, memory=memory, memory_by_node=(), follows_plan=None, configured=None,
         )
-    return EngineNow(unit=name, state=state + ", not running", pid=None, source="none", cpus=None,
+    return EngineNow(unit=name, state=state, pid=None, source="none", cpus=None,
                      memory="unknown", memory_by_node=(), follows_plan=None, configured=None)
 
 

@@ -28,6 +28,9 @@ GLYPHS = "".join(BOX.values()) + "→"
 """Every symbol the text picture uses: a stream that cannot encode them gets ASCII."""
 LABEL = 8  # width of the labels inside a node's box ("memory  ")
 WRAP = 100  # the engine section's long lines wrap here
+ENTITIES = {"#": "#35;", '"': "#quot;", "<": "#lt;", ">": "#gt;", ";": "#59;"}
+"""Characters of host text that Mermaid would read as syntax, as its entity codes."""
+MAX_LINKS = 28  # distance links in the Mermaid: every pair of 8 nodes
 
 
 # -- text -----------------------------------------------------------------------
@@ -101,7 +104,7 @@ def _node_lines(host: HostMap, node: MapNode) -> List[str]:
     cpus = f"{format_cpulist(node.cpus)} ({_cores(node)})" if node.cpus else "none"
     memory = (f"{format_bytes(node.memory_total)}, {_size(node.memory_free)} free"
               if node.memory_total is not None else "unknown (no meminfo)")
-    lines = [_row("CPUs", cpus), _row("memory", memory)]
+    lines = [_row("memory", memory)] if node.memory_only else [_row("CPUs", cpus), _row("memory", memory)]
     for gpu in host.gpus:
         if gpu.node == node.id:
             lines.extend(_gpu_lines(gpu))
@@ -221,7 +224,7 @@ def to_mermaid(host: HostMap) -> str:
     for gpu in host.gpus:
         if gpu.node in ids:
             out.append(f"  {gpu_id(gpu)} --- node{gpu.node}")
-    for a, b, text in _distance_pairs(host.nodes):
+    for a, b, text in _distance_links(host):
         out.append(f'  node{a} ---|"{_escape(text)}"| node{b}')
     engine, plan = host.engine, host.plan
     engine_label = [engine.unit, engine.state]
@@ -270,11 +273,22 @@ def _label(lines: Iterable[str]) -> str:
 
 
 def _escape(text: str) -> str:
-    """Text safe inside a quoted Mermaid label: quotes, angle brackets, ``#`` and anything
-    beyond ASCII as entity codes (``#quot;``, ``#233;``)."""
+    """Text safe inside a quoted Mermaid label: :data:`ENTITIES` and anything beyond ASCII
+    as entity codes (``#quot;``, ``#233;``)."""
     text = to_ascii(" ".join(text.split()))
-    text = text.replace("#", "#35;").replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
-    return "".join(char if char.isascii() else f"#{ord(char)};" for char in text)
+    return "".join(ENTITIES.get(char, char) if char.isascii() else f"#{ord(char)};" for char in text)
+
+
+def _distance_links(host: HostMap) -> List[Tuple[int, int, str]]:
+    """Every pair of nodes, up to :data:`MAX_LINKS` (Mermaid refuses a diagram of more than
+    500 links); beyond that only the pairs that touch the planned nodes or the compute
+    GPU's node, the ones that matter to the engine (the text and JSON keep every one)."""
+    pairs = _distance_pairs(host.nodes)
+    if len(pairs) <= MAX_LINKS:
+        return pairs
+    near = set(host.plan.nodes) | set(host.plan.cpu_nodes) | {g.node for g in host.gpus if g.compute}
+    pairs = [pair for pair in pairs if pair[0] in near or pair[1] in near]
+    return pairs if len(pairs) <= MAX_LINKS else []
 
 
 def _distance_pairs(nodes: Sequence[MapNode]) -> List[Tuple[int, int, str]]:

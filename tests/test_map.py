@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Dict, List, Set
+from typing import TYPE_CHECKING, Dict, List, Set
 
 import pytest
 from click.testing import CliRunner
@@ -21,6 +21,10 @@ from strata_doctor.hostmap import build_map
 from strata_doctor.render_map import encodable, to_ascii, to_mermaid, to_text
 from strata_doctor.root import Root
 from tests.conftest import HOSTS, REPO, compare_golden, run_cli, two_node_files, write_tree
+from tests.corpus import SNAPSHOTS
+
+if TYPE_CHECKING:
+    from tests.corpus import Corpus
 
 GOLDEN = REPO / "tests" / "golden" / "map"
 GOLDEN_HOSTS = ("seed-box", "seed-box-mirror", "xeon-snc2", "no-gpu")
@@ -93,8 +97,9 @@ def test_boxes_line_up(host: str) -> None:
 
 # -- Mermaid: the basic flowchart subset, checked line by line --------------------------
 ID = r"[A-Za-z][A-Za-z0-9_]*"
-LABEL = r'\["[^"<>]*"\]'  # quoted; quotes and angle brackets only as entity codes (<br/> aside)
-EDGE_LABEL = r'\|"[^"<>]*"\|'
+TEXT = r'(?:[^"<>;#]|#[0-9a-z]+;)*'  # quotes, brackets, '#' and ';' only in entity codes
+LABEL = rf'\["{TEXT}"\]'  # quoted (the <br/> line breaks are taken out first)
+EDGE_LABEL = rf'\|"{TEXT}"\|'
 STATEMENTS = [
     re.compile(rf"^  (?:  )?({ID}){LABEL}$"),  # a node
     re.compile(rf"^  subgraph ({ID}){LABEL}$"),
@@ -149,6 +154,7 @@ def test_mermaid_escapes_host_text(tmp_path: Path) -> None:
     check_mermaid(text)
     assert text.isascii()
     assert "Evil #quot;GPU#quot; #lt;script#gt;#35;1 #233;?[2J" in text
+    assert "#59;" not in text  # no ";" of its own
     assert 'Evil "GPU" <script>#1 é?[2J' in to_text(host)
 
 
@@ -236,3 +242,24 @@ def test_json_on_every_fixture(host: str) -> None:
     data = json.loads(result.stdout)
     assert data["schema"] == "strata-doctor/map/v1"
     assert sum(n["threads"] for n in data["nodes"]) in (0, data["cpus"])
+
+
+# -- real hosts ----------------------------------------------------------------------
+@pytest.mark.corpus
+@pytest.mark.parametrize("name", SNAPSHOTS)
+def test_real_hosts(corpus: Corpus, name: str) -> None:
+    """Every real snapshot draws in all three formats: boxes aligned, Mermaid in the subset,
+    one JSON node per NUMA folder."""
+    root = str(corpus.root(name))
+    args = ["map", "--root", root, "--arena", "46.84GiB", "--kv", "3.09GiB"]
+    text = run_cli(args)
+    assert text.exit_code == 0, text.stderr
+    boxed = [line for line in text.stdout.splitlines() if line[:1] in ("┌", "│", "└")]
+    assert len({len(line) for line in boxed}) <= 1, text.stdout
+    mermaid = run_cli([*args, "--format", "mermaid"])
+    assert mermaid.exit_code == 0, mermaid.stderr
+    check_mermaid(mermaid.stdout)
+    data = json.loads(run_cli([*args, "--format", "json"]).stdout)
+    node_dir = Path(root) / "sys" / "devices" / "system" / "node"
+    folders = [p for p in node_dir.glob("node*") if p.name[4:].isdigit()] if node_dir.is_dir() else []
+    assert len(data["nodes"]) == len(folders)
