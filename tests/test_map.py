@@ -7,7 +7,10 @@ pytest tests/test_map.py`` and check every number against the fixture's files.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Set
 
@@ -78,6 +81,18 @@ def test_ascii_under_a_latin1_stream() -> None:
     assert result.stdout.isascii()
     assert "+- socket 1 -" in result.stdout and "0-87 -> 22-43,66-87" in result.stdout
     assert result.stdout == to_ascii(run_cli(["map", "--root", str(HOSTS / "seed-box")]).stdout)
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "cp1252"])
+def test_ascii_from_the_console_script(encoding: str) -> None:
+    """A real process whose stdout cannot encode box drawing (PYTHONIOENCODING, a C locale
+    on an old Python, a console code page) draws the same picture in ASCII."""
+    env = dict(os.environ, PYTHONIOENCODING=encoding)
+    result = subprocess.run([sys.executable, "-m", "strata_doctor", "map", "--root", str(HOSTS / "seed-box")],
+                            env=env, capture_output=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    assert result.stdout.isascii()
+    assert result.stdout.decode() == to_ascii((GOLDEN / "seed-box.txt").read_text())
 
 
 def test_encodable() -> None:
