@@ -14,6 +14,9 @@ from strata_doctor.context import HostContext
 from strata_doctor.model import Evidence, Finding, Fix, Severity
 from strata_doctor.root import Command
 
+DOCS = "docs/checks"
+"""Where the built-in checks' pages are, in the source tree and the sdist."""
+
 
 class Check:
     """Base class of every check; the subclass's docstring is its documentation."""
@@ -22,6 +25,9 @@ class Check:
     """Stable kebab-case id, used by ``--ignore`` and in JSON."""
     title: ClassVar[str]
     """Short human title for the text output."""
+    doc: ClassVar[str] = ""
+    """Where the check is documented (a URL, for a plug-in); empty: the built-in page
+    ``docs/checks/<id>.md``, whose Findings section lists every finding id."""
 
     def commands(self, ctx: HostContext) -> Sequence[Command]:
         """External commands this check will run, so they can be started together."""
@@ -47,7 +53,7 @@ class Check:
     ) -> Finding:
         """Build a finding of this check."""
         return Finding(check=self.id, id=id, severity=severity, summary=summary, detail=detail,
-                       evidence=tuple(evidence), fix=fix)
+                       evidence=tuple(evidence), fix=fix, doc=self.doc or f"{DOCS}/{self.id}.md#findings")
 
 
 __all__ = ["Check", "Command"]

@@ -100,6 +100,9 @@ class Finding(NamedTuple):
     """The proposed repair, when there is one."""
     ignored: bool = False
     """True when the user downgraded it with ``--ignore``; ``severity`` then reads info."""
+    doc: str = ""
+    """Where the check is documented: ``docs/checks/<check>.md#findings`` for a built-in
+    check, a plug-in's own ``doc`` otherwise."""
 
 
 class Skip(NamedTuple):

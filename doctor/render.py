@@ -225,6 +225,7 @@ def finding_data(finding: Finding) -> Dict[str, Any]:
         "detail": finding.detail,
         "evidence": [{"source": e.source, "value": e.value} for e in finding.evidence],
         "fix": fix_data(finding.fix) if finding.fix else None,
+        "doc": finding.doc,
     }
 
 
@@ -297,6 +298,8 @@ def _verbose_lines(finding: Finding, width: int) -> List[str]:
         lines.append(f"{indent}· {ev.source}: {ev.value}")
     if finding.fix:
         lines.append(f"{indent}→ fix: {finding.fix.summary} (strata-doctor fix --only {finding.check})")
+    if finding.doc:
+        lines.append(f"{indent}? {finding.doc}")
     return lines
 
 
