@@ -25,6 +25,8 @@ from strata_doctor.facts import (
     read_gpus,
     read_numa,
 )
+from strata_doctor.facts_cgroup import EngineLimits, read_engine_limits
+from strata_doctor.facts_pagecache import NodeCache, read_node_cache
 from strata_doctor.memory import (
     HugepageFacts,
     NodePool,
@@ -224,6 +226,21 @@ class HostContext:
     def oomd_active(self) -> str:
         """systemd-oomd's state as ``systemctl is-active`` says it, or ``unknown (why)``."""
         return read_oomd_active(self.root)
+
+    # -- limits on the engine (cgroup, container, memlock, swap) and page cache: facts_cgroup,
+    # facts_pagecache --
+    @cached_property
+    def engine_limits(self) -> EngineLimits:
+        """The engine's cgroup limits, container, locked-memory limit and swap."""
+        oomd = self.oomd
+        return read_engine_limits(self.root, self.config.unit, oomd.engine_cgroup, oomd.cgroup_source,
+                                  self.engine_pid, oomd.container, self.meminfo.get("MemTotal"))
+
+    @cached_property
+    def target_node_cache(self) -> Optional[NodeCache]:
+        """Free memory and page cache of the node the engine should use; None without one."""
+        node = self.target_node
+        return read_node_cache(self.root, node) if node is not None else None
 
     @cached_property
     def pool_assessment(self) -> PoolAssessment:
