@@ -22,6 +22,7 @@ would leave the root, or ends in a link, goes through :mod:`strata_doctor.inroot
 
 import errno
 import os
+import stat
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
@@ -180,11 +181,11 @@ class Root:
         folder, _, name = rel.rpartition("/")
         if _plain(folder, name) and self._folder_inside(folder):
             try:
-                return os.open(self._prefix + rel, _OPEN_FLAGS | _NOFOLLOW)
+                return _regular(os.open(self._prefix + rel, _OPEN_FLAGS | _NOFOLLOW | _NONBLOCK))
             except OSError as exc:
                 if exc.errno != errno.ELOOP:  # ELOOP: the file is a link; follow it inside the root
                     raise
-        return self._in_root().open(host_path, os.O_RDONLY)
+        return _regular(self._in_root().open(host_path, os.O_RDONLY | _NONBLOCK))
 
     def read_bytes(self, host_path: str) -> Optional[bytes]:
         """Read a whole file in one call; None when it is missing or unreadable."""
@@ -345,6 +346,24 @@ class Root:
         """Every command result so far, by key."""
         return dict(self._commands)
 
+    def xcomp_permission(self) -> CommandResult:
+        """Ask the kernel for AMX, as an engine must before its first tile instruction:
+        ``arch_prctl(ARCH_GET_XCOMP_SUPP)`` and ``arch_prctl(ARCH_REQ_XCOMP_PERM,
+        XFEATURE_XTILEDATA)`` (Linux 5.16+, x86-64), in this process, through ctypes.
+
+        The answer is kept like a command's output (key ``arch_prctl-xcomp``), so a bundle
+        records it and a captured root replays it; nothing runs under a captured root.
+        """
+        command = XCOMP_COMMAND
+        with self._lock:
+            cached = self._commands.get(command.key)
+        if cached is not None:
+            return cached
+        result = _xcomp_live(command) if self.live else self._replay(command)
+        with self._lock:
+            self._commands[command.key] = result
+        return result
+
     def _replay(self, command: Command) -> CommandResult:
         # Keys contain dots (strata.service): append suffixes, never replace them.
         base = f"/{COMMANDS_DIR}/{command.key}"
@@ -390,12 +409,26 @@ class Root:
 
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# A captured tree is input: a FIFO there must not block the open (nor a device the read).
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 def _plain(folder: str, name: str) -> bool:
     """Whether a relative path has no ``.`` or ``..`` component (those take the slow road)."""
     return name not in ("", ".", "..") and "/." not in f"/{folder}".replace("/.strata-doctor", "")
+
+
+def _regular(fd: int) -> int:
+    """``fd`` when it is a regular file; else closed, and OSError: in a captured tree a FIFO
+    would wait for a writer and /dev/zero would never end."""
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode):
+        return fd
+    os.close(fd)
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory")
+    raise OSError(errno.EINVAL, "not a regular file")
 
 
 def _read_all(fd: int) -> bytes:
@@ -431,9 +464,49 @@ def _reread_large(fd: int, first: bytes) -> bytes:
 
 def _read_optional(path: Path) -> Optional[str]:
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        text = _read_all(_regular(os.open(path, _OPEN_FLAGS | _NONBLOCK))).decode("utf-8", "replace")
     except OSError:
         return None
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text's universal newlines
+
+
+XCOMP_COMMAND = Command(
+    "arch_prctl-xcomp", ("arch_prctl", "ARCH_GET_XCOMP_SUPP", "ARCH_REQ_XCOMP_PERM", "XFEATURE_XTILEDATA")
+)
+"""The AMX permission request of :meth:`Root.xcomp_permission`, as a command key."""
+_SYS_ARCH_PRCTL = 158  # x86-64
+_ARCH_GET_XCOMP_SUPP = 0x1021
+_ARCH_REQ_XCOMP_PERM = 0x1023
+_XFEATURE_XTILEDATA = 18
+
+
+def _xcomp_live(command: Command) -> CommandResult:
+    """Both arch_prctl calls on this machine; their answers as lines of text (errno names
+    for refusals), or ``missing`` off x86-64, where the call does not exist."""
+    import ctypes  # here: a replayed host never asks its own kernel
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64") or not hasattr(ctypes, "CDLL"):
+        return CommandResult(command.key, command.argv, None, "", stderr="not x86-64", missing=True)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+    except (OSError, AttributeError) as exc:
+        return CommandResult(command.key, command.argv, None, "", stderr=str(exc), missing=True)
+    syscall.restype = ctypes.c_long
+    supported = ctypes.c_ulong(0)
+    lines = []
+    rc = syscall(ctypes.c_long(_SYS_ARCH_PRCTL), ctypes.c_long(_ARCH_GET_XCOMP_SUPP), ctypes.byref(supported))
+    answer = f"{supported.value:#x}" if rc == 0 else _errno_name(ctypes.get_errno())
+    lines.append(f"ARCH_GET_XCOMP_SUPP: {answer}")
+    rc = syscall(ctypes.c_long(_SYS_ARCH_PRCTL), ctypes.c_long(_ARCH_REQ_XCOMP_PERM),
+                 ctypes.c_ulong(_XFEATURE_XTILEDATA))
+    lines.append("ARCH_REQ_XCOMP_PERM XTILEDATA: " + ("ok" if rc == 0 else _errno_name(ctypes.get_errno())))
+    return CommandResult(command.key, command.argv, 0, "\n".join(lines) + "\n")
+
+
+def _errno_name(number: int) -> str:
+    return errno.errorcode.get(number, str(number))
 
 
 def command_key(words: Sequence[str]) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Tuple
 
 from strata_doctor.model import Finding
-from strata_doctor.root import Command, Root
+from strata_doctor.root import Command, Root, _read_all
 from tests.conftest import write_tree
 
 
@@ -37,16 +37,30 @@ def test_files_of_every_size_read_whole(tmp_path: Path) -> None:
         assert Root(tmp_path).read_bytes(f"/f{size}") == data
 
 
-def test_a_pipe_reads_whole_though_it_cannot_seek(tmp_path: Path) -> None:
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
+def test_a_pipe_reads_whole_though_it_cannot_seek() -> None:
+    read_end, write_end = os.pipe()
     data = b"N0=1 " * 30000  # more than one 64 KiB read
-    writer = threading.Thread(target=fifo.write_bytes, args=(data,))
+
+    def write() -> None:
+        with os.fdopen(write_end, "wb") as out:
+            out.write(data)
+
+    writer = threading.Thread(target=write)
     writer.start()
     try:
-        assert Root(tmp_path).read_bytes("/fifo") == data
+        assert _read_all(read_end) == data
     finally:
         writer.join()
+
+
+def test_a_fifo_or_device_in_a_captured_tree_is_refused_at_once(tmp_path: Path) -> None:
+    """A FIFO would wait for a writer forever, a device such as /dev/zero never end."""
+    os.mkfifo(tmp_path / "fifo")
+    os.symlink("fifo", tmp_path / "link")
+    root = Root(tmp_path)
+    for path in ("/fifo", "/link"):
+        assert root.read_bytes(path) is None
+        assert root.reads[path] == "not a regular file"
 
 
 def test_reads_probes_and_links_are_recorded(tmp_path: Path) -> None:
