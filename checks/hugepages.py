@@ -4,11 +4,11 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.memory import SYSCTL_KEY, HugepageFacts, HugetlbfsFile, PagePool, count, format_page_size
+from strata_doctor.memory import SYSCTL_KEY, HugepageFacts, HugetlbfsFile, PagePool, format_page_size
 from strata_doctor.memory_fixes import node_pool_fix, size_pool_fix, sysctl_fix
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
 from strata_doctor.oomd import oomd_commands
-from strata_doctor.parse import format_bytes
+from strata_doctor.parse import format_bytes, format_count
 from strata_doctor.rules import (
     CHAIN,
     PendingPool,
@@ -33,7 +33,8 @@ def orphan_pages(facts: HugepageFacts, size: int) -> int:
 
 def pool_words(pool: PagePool) -> str:
     """``24,000 2 MiB pages (46.88 GiB)``."""
-    return f"{count(pool.total)} {format_page_size(pool.size)} pages ({format_bytes(pool.total * pool.size)})"
+    return (f"{format_count(pool.total)} {format_page_size(pool.size)} pages "
+            f"({format_bytes(pool.total * pool.size)})")
 
 
 class Hugepages(Check):
@@ -118,12 +119,13 @@ class Hugepages(Check):
             return
         assert a.need is not None
         spare = pool.total - a.need.pages - (pool.used - a.engine_pages)
-        extra = f"; {count(spare)} pages ({format_bytes(spare * pool.size)}) beyond that stay idle" \
+        extra = f"; {format_count(spare)} pages ({format_bytes(spare * pool.size)}) beyond that stay idle" \
             if spare * pool.size >= GIB else ""
-        held = f" ({count(a.engine_pages)} held by the running engine)" if a.engine_pages else ""
+        held = f" ({format_count(a.engine_pages)} held by the running engine)" if a.engine_pages else ""
         yield self.finding(
             "fits", Severity.OK,
-            f"pool {count(pool.total)}, free {count(pool.free)}{held}: the arena's {a.need.arithmetic} "
+            f"pool {format_count(pool.total)}, free {format_count(pool.free)}{held}: the arena's "
+            f"{a.need.arithmetic} "
             f"fit MAP_HUGETLB{extra}",
             evidence=evidence,
         )
@@ -155,7 +157,7 @@ class Hugepages(Check):
                 and a.mode == "auto":
             yield self.finding(
                 "trap-at-boot", Severity.WARNING,
-                f"no pool now, but {pending.path} sets {SYSCTL_KEY} = {count(pending.pages)}: after "
+                f"no pool now, but {pending.path} sets {SYSCTL_KEY} = {format_count(pending.pages)}: after "
                 f"{pending.after} MAP_HUGETLB needs {need.arithmetic} and will fail, and the pool "
                 f"will hold {format_bytes(pending.pages * facts.page_size)} the THP fallback cannot use",
                 evidence=evidence,
@@ -173,10 +175,10 @@ class Hugepages(Check):
     def _configured(
         self, pool: Optional[PagePool], pending: PendingPool, evidence: Tuple[Evidence, ...],
     ) -> Finding:
-        now = count(pool.total) if pool else "0"
+        now = format_count(pool.total) if pool else "0"
         return self.finding(
             "configured", Severity.INFO,
-            f"configured: {SYSCTL_KEY} = {count(pending.pages)} in {pending.path} (the pool is "
+            f"configured: {SYSCTL_KEY} = {format_count(pending.pages)} in {pending.path} (the pool is "
             f"{now} now); takes effect after {pending.after}",
             detail="The fix is written but not in effect yet. Pages that are taken stay taken "
             "until their holders release them (or the files holding them are deleted); the "
@@ -192,16 +194,17 @@ class Hugepages(Check):
         taken = pool.total - pool.free
         pool_bytes = pool.total * pool.size
         summary = (
-            f"MAP_HUGETLB will fail: pool {count(pool.total)}, free {count(pool.free)}, needed "
-            f"{count(need.pages)} ({need.arithmetic}); the engine falls back to THP and needs "
+            f"MAP_HUGETLB will fail: pool {format_count(pool.total)}, free {format_count(pool.free)}, needed "
+            f"{format_count(need.pages)} ({need.arithmetic}); the engine falls back to THP and needs "
             f"{format_bytes(need.arena)} more while the pool keeps {format_bytes(pool_bytes)}"
         )
         parts = [
-            f"{SYSCTL_KEY} = {count(pool.total)} sets aside {format_bytes(pool_bytes)} for MAP_HUGETLB. "
-            f"{count(taken)} of its pages are taken ({self._takers(facts, pool, taken)}), so "
-            f"{count(pool.free)} are free"
-            + (f" and {count(pool.reserved)} of those are reserved" if pool.reserved else "")
-            + f": {count(a.missing)} short of the {count(need.pages)} the arena needs "
+            f"{SYSCTL_KEY} = {format_count(pool.total)} sets aside {format_bytes(pool_bytes)} for "
+            f"MAP_HUGETLB. "
+            f"{format_count(taken)} of its pages are taken ({self._takers(facts, pool, taken)}), so "
+            f"{format_count(pool.free)} are free"
+            + (f" and {format_count(pool.reserved)} of those are reserved" if pool.reserved else "")
+            + f": {format_count(a.missing)} short of the {format_count(need.pages)} the arena needs "
             f"({need.arithmetic}).",
             "With hugepages: auto the engine then falls back to transparent hugepages: it needs the "
             f"arena again, {format_bytes(need.arena)} of ordinary pages, while the pool keeps "
@@ -220,7 +223,7 @@ class Hugepages(Check):
                          f"failure chain ({CHAIN}), reported in order by oomd/trap-chain.")
         parts.append(
             f"Set {SYSCTL_KEY} = 0 to run on THP (what fixed the seed box), or free the "
-            f"{count(taken)} taken pages so that the arena fits."
+            f"{format_count(taken)} taken pages so that the arena fits."
         )
         shadowed = self._shadowed(facts)
         if shadowed:
@@ -241,11 +244,13 @@ class Hugepages(Check):
         taken = pool.total - pool.free
         return self.finding(
             "too-small", Severity.ERROR,
-            f"pool too small for hugepages: hugetlb: pool {count(pool.total)}, free {count(pool.free)}, "
-            f"needed {count(need.pages)} ({need.arithmetic}): MAP_HUGETLB will fail and the engine "
+            f"pool too small for hugepages: hugetlb: pool {format_count(pool.total)}, free "
+            f"{format_count(pool.free)}, "
+            f"needed {format_count(need.pages)} ({need.arithmetic}): MAP_HUGETLB will fail and the engine "
             "will not start",
-            detail=f"{count(taken)} pages are taken ({self._takers(facts, pool, taken)}). hugetlb mode "
-            f"has no fallback: grow the pool by {count(a.missing)} pages, free the taken ones, or "
+            detail=f"{format_count(taken)} pages are taken ({self._takers(facts, pool, taken)}). hugetlb "
+                   f"mode "
+            f"has no fallback: grow the pool by {format_count(a.missing)} pages, free the taken ones, or "
             "switch the engine to `hugepages: auto`.",
             evidence=evidence + self._config_evidence(ctx),
             fix=self._grow_fix(ctx, facts, a, need.pages + max(0, taken - a.engine_pages)),
@@ -264,8 +269,8 @@ class Hugepages(Check):
             if a.mode == "thp":
                 return self.finding(
                     "unused-pool", Severity.WARNING,
-                    f"pool of {pool_text} that nobody uses: free {count(pool.free)} of "
-                    f"{count(pool.total)}, no process holds any, and the engine runs on THP",
+                    f"pool of {pool_text} that nobody uses: free {format_count(pool.free)} of "
+                    f"{format_count(pool.total)}, no process holds any, and the engine runs on THP",
                     detail="The pool is taken out of ordinary memory at once and stays out: no "
                     "other allocation can use it, and free and top count it as used.",
                     evidence=evidence,
@@ -274,8 +279,8 @@ class Hugepages(Check):
                 )
             return self.finding(
                 "unused-pool", Severity.WARNING,
-                f"pool of {pool_text} that nobody uses now (free {count(pool.free)} of "
-                f"{count(pool.total)}); pass --arena to check it fits the engine",
+                f"pool of {pool_text} that nobody uses now (free {format_count(pool.free)} of "
+                f"{format_count(pool.total)}); pass --arena to check it fits the engine",
                 detail="If the pool is for the engine (hugepages: auto or hugetlb), give its arena "
                 "size so that the fit can be checked; otherwise it holds memory hostage.",
                 evidence=evidence,
@@ -284,7 +289,7 @@ class Hugepages(Check):
         why = "the engine runs on THP" if a.mode == "thp" else "no arena size to compare with (--arena)"
         return self.finding(
             "in-use", Severity.INFO,
-            f"pool of {pool_text}, {count(pool.used)} in use"
+            f"pool of {pool_text}, {format_count(pool.used)} in use"
             + (f" by {users}" if users else "") + f"; {why}",
             evidence=evidence,
         )
@@ -303,7 +308,8 @@ class Hugepages(Check):
         have = (on_target.free if on_target else 0) + engine_here
         if have >= a.need.pages:
             return
-        counts = ", ".join(f"node {n.node}: {count(n.total)} (free {count(n.free)})" for n in nodes)
+        counts = ", ".join(f"node {n.node}: {format_count(n.total)} (free {format_count(n.free)})"
+                           for n in nodes)
         configured = self._configured_node(facts, target)
         evidence = tuple(
             Evidence(f"/sys/devices/system/node/node{n.node}/hugepages/hugepages-{n.size // 1024}kB",
@@ -313,7 +319,7 @@ class Hugepages(Check):
         if configured and configured[0] >= a.need.pages:
             yield self.finding(
                 "configured", Severity.INFO,
-                f"configured: hugepages={target}:{count(configured[0])} in {configured[1]}; takes "
+                f"configured: hugepages={target}:{format_count(configured[0])} in {configured[1]}; takes "
                 f"effect after a reboot (pool now {counts})", evidence=evidence)
             return
         elsewhere = a.need.pages - have
@@ -323,12 +329,12 @@ class Hugepages(Check):
             target, a.need.pages + max(0, used_on_target - engine_here), facts.page_size, others,
             overriding=facts.sysctl.setters(SYSCTL_KEY), boot_config=self._boot_pools(facts))
         if engine and engine.nodes:
-            where = ", ".join(f"node {n}: {count(b // facts.page_size)}" for n, b in engine.nodes)
+            where = ", ".join(f"node {n}: {format_count(b // facts.page_size)}" for n, b in engine.nodes)
             evidence += (Evidence(f"/proc/{engine.pid}/numa_maps", f"the engine's hugetlb pages: {where}"),)
         yield self.finding(
             "wrong-node", Severity.WARNING,
-            f"hugepage pool not on the GPU's node {target}: {counts}; {count(elsewhere)} of the "
-            f"arena's {count(a.need.pages)} pages would come from other nodes",
+            f"hugepage pool not on the GPU's node {target}: {counts}; {format_count(elsewhere)} of the "
+            f"arena's {format_count(a.need.pages)} pages would come from other nodes",
             detail="MAP_HUGETLB takes pages from the node the memory policy prefers and then from "
             "any node with free pages, so the arena lands away from the GPU and every expert read "
             "crosses the socket link. vm.nr_hugepages spreads the pool over all nodes; per-node "
@@ -353,7 +359,8 @@ class Hugepages(Check):
                         pool.size, "hugepages/unused-pool"),
                 )
             else:
-                yield self.finding("in-use", Severity.INFO, f"pool of {text}, {count(pool.used)} in use",
+                yield self.finding("in-use", Severity.INFO, f"pool of {text}, {format_count(pool.used)} "
+                                                            f"in use",
                                    evidence=ev)
 
     def _orphans(self, facts: HugepageFacts, blocked: Optional[PoolAssessment] = None) -> Iterator[Finding]:
@@ -373,12 +380,15 @@ class Hugepages(Check):
             pool, need = blocked.pool, blocked.need
             pages = orphan_pages(facts, pool.size)
             severity = Severity.ERROR
-            summary = (f"MAP_HUGETLB will fail: pool {count(pool.total)}, free {count(pool.free)}, needed "
-                       f"{count(need.pages)} ({need.arithmetic}), because {summary} ({count(pages)} pages); "
+            summary = (f"MAP_HUGETLB will fail: pool {format_count(pool.total)}, free "
+                       f"{format_count(pool.free)}, needed "
+                       f"{format_count(need.pages)} ({need.arithmetic}), because {summary} "
+                       f"({format_count(pages)} pages); "
                        "delete them and the pool suffices")
             detail = (f"The engine runs with hugepages: hugetlb and has no fallback, so it will not "
-                      f"start. {detail} Without them {count(blocked.available + pages)} pages are free "
-                      f"for the arena's {count(need.pages)}.")
+                      f"start. {detail} Without them {format_count(blocked.available + pages)} pages are "
+                      f"free "
+                      f"for the arena's {format_count(need.pages)}.")
         yield self.finding(
             "orphans", severity,
             f"{summary}: {listing}{more}",
@@ -400,7 +410,7 @@ class Hugepages(Check):
         if f.size:
             page = next((m.page_size for m in facts.mounts if f in m.files and m.page_size), None) \
                 or facts.page_size
-            pages = f", {count(-(-f.size // page))} pages"
+            pages = f", {format_count(-(-f.size // page))} pages"
         text = f"{size}{pages}, {f.owner_text}"
         return f"{f.path} ({text})" if path else text
 
@@ -410,8 +420,8 @@ class Hugepages(Check):
             return
         yield self.finding(
             "surplus", Severity.INFO,
-            f"overcommit: up to {count(pool.overcommit)} surplus {format_page_size(pool.size)} pages "
-            f"on demand, {count(pool.surplus)} in use now",
+            f"overcommit: up to {format_count(pool.overcommit)} surplus {format_page_size(pool.size)} pages "
+            f"on demand, {format_count(pool.surplus)} in use now",
             detail="Surplus pages are made when a mapping needs them and the kernel can find free "
             "2 MiB blocks, and given back when freed; they are not held in advance, so they hold no "
             "memory hostage, but they can fail under fragmentation.",
@@ -426,13 +436,13 @@ class Hugepages(Check):
         for h in facts.holders[:4]:
             pages = h.bytes // pool.size
             held += pages
-            parts.append(f"{h.name} pid {h.pid}: {count(pages)}")
+            parts.append(f"{h.name} pid {h.pid}: {format_count(pages)}")
         orphaned = orphan_pages(facts, pool.size)
         if orphaned:
-            parts.append(f"orphaned hugetlbfs files: {count(orphaned)}")
+            parts.append(f"orphaned hugetlbfs files: {format_count(orphaned)}")
         rest = taken - held - orphaned
         if rest > 0:
-            parts.append(f"{count(rest)} by no visible process (SysV SHM_HUGETLB segments, another "
+            parts.append(f"{format_count(rest)} by no visible process (SysV SHM_HUGETLB segments, another "
                          "PID namespace, or maps that need root to read)")
         return "; ".join(parts) if parts else "holders unknown"
 

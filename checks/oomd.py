@@ -6,11 +6,10 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.memory import count
 from strata_doctor.memory_fixes import move_to_system_service_fix, oomd_dropin_fix
 from strata_doctor.model import Evidence, Finding, Fix, Severity
 from strata_doctor.oomd import OomdFacts, Watched, oomd_commands
-from strata_doctor.parse import format_bytes
+from strata_doctor.parse import format_bytes, format_count
 from strata_doctor.rules import CHAIN, Exposure, MemoryProjection, project_memory, trap_in_effect
 
 
@@ -169,16 +168,16 @@ class Oomd(Check):
         killed = (f"{len(kills)} kill{'s' if len(kills) != 1 else ''} of it in the journal, last "
                   f"{kills[-1].time}" if kills else "no kill in the journal read")
         summary = (
-            f"one failure chain ({CHAIN}): MAP_HUGETLB fails (pool {count(pool.total)}, free "
-            f"{count(pool.free)}, needed {count(need.pages)}), the THP fallback needs "
+            f"one failure chain ({CHAIN}): MAP_HUGETLB fails (pool {format_count(pool.total)}, free "
+            f"{format_count(pool.free)}, needed {format_count(need.pages)}), the THP fallback needs "
             f"{format_bytes(need.arena)} more while the pool keeps {format_bytes(pool.total * pool.size)}, "
             f"memory pressure trips systemd-oomd ({limit_text}), it kills {facts.engine_unit} "
             f"({killed}) and systemd restarts it{self._restarts(facts)}"
         )
         projection = self._projection(ctx)
         steps = [
-            f"1. Hugepage trap (hugepages/trap): {need.arithmetic}, but only {count(pool.free)} of "
-            f"the pool's {count(pool.total)} pages are free, so MAP_HUGETLB fails.",
+            f"1. Hugepage trap (hugepages/trap): {need.arithmetic}, but only {format_count(pool.free)} of "
+            f"the pool's {format_count(pool.total)} pages are free, so MAP_HUGETLB fails.",
             f"2. THP fallback: hugepages: {a.mode} maps the arena in ordinary memory instead, "
             f"{format_bytes(need.arena)}, while the pool keeps "
             f"{format_bytes(pool.total * pool.size)} that no other allocation can use."

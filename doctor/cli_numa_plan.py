@@ -46,12 +46,12 @@ def numa_plan_command(numa: Optional[str], fmt: str, **kwargs: Any) -> None:
         if plan.numactl:
             click.echo(shlex.join(plan.numactl))
     elif fmt == "json":
-        click.echo(json.dumps(plan_data(plan), indent=2, sort_keys=True))
+        click.echo(json.dumps(numa_plan_data(plan), indent=2, sort_keys=True))
     else:
-        click.echo(plan_text(plan), nl=False)
+        click.echo(numa_plan_text(plan), nl=False)
 
 
-def plan_data(plan: NumaPlan) -> Dict[str, Any]:
+def numa_plan_data(plan: NumaPlan) -> Dict[str, Any]:
     """The plan as JSON data (schema ``strata-doctor/numa-plan/v1``)."""
     return {
         "schema": SCHEMA,
@@ -68,7 +68,7 @@ def plan_data(plan: NumaPlan) -> Dict[str, Any]:
     }
 
 
-def plan_text(plan: NumaPlan) -> str:
+def numa_plan_text(plan: NumaPlan) -> str:
     """Three parts for people: the binding, the prefix, the reasons."""
     if plan.binds:
         nodes = ",".join(str(n) for n in plan.nodes)

@@ -57,11 +57,6 @@ def format_page_size(size: int) -> str:
     return format_bytes(size)
 
 
-def count(value: int) -> str:
-    """A page count with thousands separators: ``23,983``."""
-    return f"{value:,}"
-
-
 def size_dir_name(size: int) -> str:
     """The sysfs directory of a page size: ``hugepages-2048kB``."""
     return f"hugepages-{size // 1024}kB"
@@ -824,7 +819,6 @@ __all__ = [
     "SysctlConfig",
     "SysctlSetting",
     "ThpFacts",
-    "count",
     "detect_container",
     "format_page_size",
     "hugepages_data",

@@ -17,9 +17,10 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from strata_doctor.facts import NODE_DIR
-from strata_doctor.memory import SysctlConfig, SysctlSetting, count, format_page_size, size_dir_name
+from strata_doctor.memory import SysctlConfig, SysctlSetting, format_page_size, size_dir_name
 from strata_doctor.model import FileChange, Fix, ManualStep, RuntimeAction, context_pairs
 from strata_doctor.oomd import OOMD_DROPIN
+from strata_doctor.parse import format_count
 
 SYSCTL_FILE = "/etc/sysctl.d/60-strata-doctor.conf"
 SYSCTL_NAME = "60-strata-doctor.conf"
@@ -144,7 +145,7 @@ def node_pool_fix(
         for s in overriding
     )
     return Fix(
-        summary=f"reserve {count(pages)} {format_page_size(page_size)} pages on node {node} only "
+        summary=f"reserve {format_count(pages)} {format_page_size(page_size)} pages on node {node} only "
         "(the GPU's node)",
         actions=tuple(actions),
         manual=tuple(manual),

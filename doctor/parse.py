@@ -193,6 +193,11 @@ def parse_size(text: str) -> int:
         raise ValueError(f"not a size: {text!r} (too large)") from None
 
 
+def format_count(value: int) -> str:
+    """A count (of pages, of processes) with thousands separators: ``23,983``."""
+    return f"{value:,}"
+
+
 def format_bytes(value: int) -> str:
     """Format bytes with a binary unit and two decimals: ``46.84 GiB``."""
     sign = "-" if value < 0 else ""

@@ -388,31 +388,10 @@ def render_template(name: str, context: Dict[str, Any]) -> str:
     return str(_environment().get_template(name).render(**context))
 
 
-_ENV: List[Any] = []
-
-
 def _environment() -> Any:
-    if _ENV:
-        return _ENV[0]
-    import jinja2  # only the fix path pays for the template engine
+    from strata_doctor.templates import environment
 
-    env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(_load_template),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    _ENV.append(env)
-    return env
-
-
-def _load_template(name: str) -> Optional[str]:
-    from importlib.resources import files
-
-    resource = files("strata_doctor.templates").joinpath(name)
-    return resource.read_text(encoding="utf-8") if resource.is_file() else None
+    return environment()
 
 
 # -- output -------------------------------------------------------------------

@@ -683,22 +683,11 @@ def report_data(report: Report) -> Dict[str, Any]:
 
 def render_markdown(report: Report, redaction: Optional[List[str]]) -> str:
     """The Markdown report; ``redaction`` is the redaction summary, None when disabled."""
-    from importlib import resources
+    from strata_doctor.templates import environment
 
-    import jinja2
-
-    source = (resources.files("strata_doctor.templates") / "report.md.j2").read_text(encoding="utf-8")
-    env = jinja2.Environment(
-        autoescape=False,  # Markdown, not HTML; values are escaped by the md filter where needed
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    env.filters["size"] = _size
-    env.filters["md"] = markdown_escape
-    env.filters["yesno"] = _yes_no
-    template = env.from_string(source)
+    env = environment()
+    env.filters.update(size=_size, md=markdown_escape, yesno=_yes_no)
+    template = env.get_template("report.md.j2")
     text = template.render(
         report=report,
         redaction=redaction,

@@ -14,9 +14,9 @@ from typing import NamedTuple, Optional, Tuple
 from strata_doctor.binding import BindingPlan
 from strata_doctor.engine import EngineConfig
 from strata_doctor.facts import NumaFacts
-from strata_doctor.memory import HugepageFacts, PagePool, count, format_page_size
+from strata_doctor.memory import HugepageFacts, PagePool, format_page_size
 from strata_doctor.oomd import OomdFacts, Watched
-from strata_doctor.parse import format_bytes
+from strata_doctor.parse import format_bytes, format_count
 
 CHAIN = "hugepage trap → THP fallback → memory pressure → oomd kill → restart loop"
 """The seed's failure chain, as findings name it."""
@@ -39,7 +39,8 @@ class HugepageNeed(NamedTuple):
     @property
     def arithmetic(self) -> str:
         """E.g. ``46.84 GiB / 2 MiB → 23,983 pages``."""
-        return f"{format_bytes(self.arena)} / {format_page_size(self.page_size)} → {count(self.pages)} pages"
+        return (f"{format_bytes(self.arena)} / {format_page_size(self.page_size)} → "
+                f"{format_count(self.pages)} pages")
 
 
 class PoolAssessment(NamedTuple):

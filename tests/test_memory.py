@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from strata_doctor.engine import EngineConfig, UnitState
 from strata_doctor.memory import (
-    count,
     detect_container,
     format_page_size,
     normalize_sysctl_key,
@@ -39,7 +38,7 @@ from strata_doctor.oomd import (
     slice_path,
     unit_file_paths,
 )
-from strata_doctor.parse import parse_meminfo, parse_mounts, parse_size
+from strata_doctor.parse import format_count, parse_meminfo, parse_mounts, parse_size
 from strata_doctor.processes import read_processes
 from strata_doctor.root import Root
 from strata_doctor.rules import CHAIN, HugepageNeed, assess_pool
@@ -67,7 +66,7 @@ def test_page_sizes_and_counts_read_as_people_say_them() -> None:
     assert format_page_size(2 * MIB) == "2 MiB"
     assert format_page_size(GIB) == "1 GiB"
     assert format_page_size(64 * 1024) == "64 KiB"
-    assert count(24000) == "24,000"
+    assert format_count(24000) == "24,000"
     assert parse_size_dir("hugepages-2048kB") == 2 * MIB
     assert parse_size_dir("hugepages-1048576kB") == GIB
     assert parse_size_dir("hugepages") is None
