@@ -39,6 +39,8 @@ MiB = 1 << 20
 DEFAULT_SIZE = 1 << 30
 DEFAULT_SECONDS = 10.0
 MIN_SIZE = 4 * MiB
+MAX_SECONDS = 3600.0
+MAX_THREADS = 4096
 BLOCK = 64 * 1024
 """The chain visits one line per 64 KiB block per round (see :func:`build_chain`)."""
 LINE = 64
@@ -93,10 +95,10 @@ def make_plan(system: System, size: int = DEFAULT_SIZE, seconds: float = DEFAULT
     """Decide the buffers and the time per cell; refuse what cannot run safely."""
     if size < MIN_SIZE:
         raise ProbeRefused(f"--size {format_bytes(size)} is too small (at least {format_bytes(MIN_SIZE)})")
-    if not seconds > 0:
-        raise ProbeRefused(f"--seconds {seconds} must be positive")
-    if threads is not None and threads < 1:
-        raise ProbeRefused(f"--threads {threads} must be at least 1")
+    if not 0 < seconds <= MAX_SECONDS:
+        raise ProbeRefused(f"--seconds {seconds} must be above 0 and at most {MAX_SECONDS:.0f}")
+    if threads is not None and not 1 <= threads <= MAX_THREADS:
+        raise ProbeRefused(f"--threads {threads} must be between 1 and {MAX_THREADS}")
     nodes = system.nodes()
     cpu_nodes = tuple(n for n in nodes if n.cpus)
     mem_nodes = tuple(n for n in nodes if n.mem_total > 0)

@@ -150,8 +150,11 @@ def test_a_node_without_enough_free_memory_is_refused_before_anything_is_taken()
 
 @pytest.mark.parametrize("size, seconds, threads, words", [
     (1 * MiB, 1.0, None, "--size 1.00 MiB is too small"),
-    (64 * MiB, 0.0, None, "--seconds 0.0 must be positive"),
-    (64 * MiB, 1.0, 0, "--threads 0 must be at least 1"),
+    (64 * MiB, 0.0, None, "--seconds 0.0 must be above 0 and at most 3600"),
+    (64 * MiB, float("inf"), None, "--seconds inf must be above 0"),
+    (64 * MiB, float("nan"), None, "--seconds nan must be above 0"),
+    (64 * MiB, 1.0, 0, "--threads 0 must be between 1 and 4096"),
+    (64 * MiB, 1.0, 100000, "--threads 100000 must be between 1 and 4096"),
 ])
 def test_bad_options_are_refused(size: int, seconds: float, threads: Optional[int], words: str) -> None:
     with pytest.raises(probe.ProbeRefused, match=words):
