@@ -278,7 +278,7 @@ def numa_maps_sums(data: bytes) -> Tuple[Dict[int, int], Dict[str, int]]:
         if sep:
             counts, sep, size = tail.rpartition(_PAGE_SIZE_BYTES)
             words = head.split(None, 2)
-            if sep and len(words) > 1 and words[0][0] != 78:  # 78 is N: a count, not an address
+            if sep and len(words) > 1 and not words[0].startswith(b"N"):  # a count, not an address
                 key = (words[1], size)
                 found = counts_by.get(key)
                 if found is None:
