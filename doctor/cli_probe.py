@@ -33,7 +33,7 @@ def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
 @click.option("--root", metavar="DIR", help="Refused: the probe measures the live host only.")
 @click.option("--bundle", metavar="FILE", help="Refused: the probe measures the live host only.")
 @click.option("--seconds", type=float, default=10.0, show_default=True,
-              help="Measuring time of the whole run (buffers are set up on top of it).")
+              help="Time of the whole matrix, setting up included (the GPU copy adds up to 2 s).")
 @click.option("--size", default="1GiB", show_default=True, callback=_size, metavar="SIZE",
               help="Largest buffer at any time; one per cell, freed before the next.")
 @click.option("--threads", type=int, metavar="N",
