@@ -96,6 +96,10 @@ class EngineNow(NamedTuple):
 class ArenaPlace(NamedTuple):
     """Where the arena would sit and what is left there (the arena-fit check's numbers)."""
 
+    arena_bytes: int
+    """The pinned expert arena."""
+    kv_bytes: int
+    """The pinned K/V cache."""
     pinned_bytes: int
     """Arena plus K/V."""
     headroom_bytes: int
@@ -290,7 +294,8 @@ def arena_place(ctx: HostContext) -> Optional[ArenaPlace]:
         return None
     nodes, spare = found
     need = pinned + ctx.config.headroom_bytes
-    return ArenaPlace(pinned, ctx.config.headroom_bytes, nodes, spare + need, spare)
+    return ArenaPlace(pinned - ctx.config.kv_bytes, ctx.config.kv_bytes, pinned, ctx.config.headroom_bytes,
+                      nodes, spare + need, spare)
 
 
 def fix_changes(ctx: HostContext, plan: NumaPlan, engine: EngineNow) -> Tuple[str, Tuple[FixChange, ...]]:

@@ -167,7 +167,7 @@ def _distance_table(nodes: Sequence[MapNode]) -> List[str]:
 
 def _engine_lines(host: HostMap) -> List[str]:
     engine, plan = host.engine, host.plan
-    lines = ["", f"engine  {engine.unit}: {engine.state}"]
+    lines = ["", f"engine  {engine.unit}, {engine.state}"]
     if engine.source != "none":
         cpus = format_cpulist(engine.cpus) if engine.cpus else "any (no limit)"
         lines.append(_item("now", f"{engine.source}: CPUs {cpus}, memory {engine.memory}"))
@@ -186,8 +186,8 @@ def _engine_lines(host: HostMap) -> List[str]:
         fits = ("does not fit: " + format_bytes(-arena.spare_bytes) + " short"
                 if arena.spare_bytes is not None and arena.spare_bytes < 0
                 else f"{_size(arena.spare_bytes)} to spare")
-        lines.append(_item("arena", f"{format_bytes(arena.pinned_bytes)} + "
-                                    f"{format_bytes(arena.headroom_bytes)} headroom on {where} "
+        lines.append(_item("arena", f"{format_bytes(arena.arena_bytes)} + K/V {format_bytes(arena.kv_bytes)}"
+                                    f" + headroom {format_bytes(arena.headroom_bytes)} on {where} "
                                     f"({_size(arena.total_bytes)}): {fits}"))
     lines.append(_item("fix", host.fix))
     width = max((len(c.what) for c in host.changes), default=0) + 2
@@ -361,6 +361,8 @@ def to_json_data(host: HostMap) -> Dict[str, Any]:
             "reasons": list(plan.reasons),
         },
         "arena": None if arena is None else {
+            "arena_bytes": arena.arena_bytes,
+            "kv_bytes": arena.kv_bytes,
             "pinned_bytes": arena.pinned_bytes,
             "headroom_bytes": arena.headroom_bytes,
             "nodes": arena.nodes,
