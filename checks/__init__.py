@@ -6,14 +6,18 @@ from typing import Tuple, Type
 
 from strata_doctor.check import Check
 from strata_doctor.checks.arena_fit import ArenaFit
+from strata_doctor.checks.cgroup_limits import CgroupLimits
 from strata_doctor.checks.cpu_contention import CpuContention
 from strata_doctor.checks.cpu_isa import CpuIsa
 from strata_doctor.checks.gpu_placement import GpuPlacementCheck
 from strata_doctor.checks.hugepages import Hugepages
+from strata_doctor.checks.memlock import Memlock
 from strata_doctor.checks.numa_binding import NumaBinding
 from strata_doctor.checks.numa_topology import NumaTopology
 from strata_doctor.checks.oomd import Oomd
+from strata_doctor.checks.page_cache import PageCache
 from strata_doctor.checks.pcie_link import PcieLinkCheck
+from strata_doctor.checks.swap import Swap
 from strata_doctor.checks.transparent_hugepages import TransparentHugepages
 
 BUILTIN: Tuple[Type[Check], ...] = (
@@ -21,9 +25,13 @@ BUILTIN: Tuple[Type[Check], ...] = (
     GpuPlacementCheck,
     NumaBinding,
     ArenaFit,
+    PageCache,
+    CgroupLimits,
     Hugepages,
     TransparentHugepages,
     Oomd,
+    Swap,
+    Memlock,
     CpuContention,
     PcieLinkCheck,
     CpuIsa,

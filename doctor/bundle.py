@@ -299,6 +299,8 @@ def settings_yaml(config: EngineConfig) -> bytes:
     for key, value in values:
         if value is not None:
             lines.append(f"{key}: {json.dumps(value) if isinstance(value, str) else value}")
+    if config.lock:  # only when set: bundles of engines that do not lock stay as they were
+        lines.append("lock: true")
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 

@@ -237,10 +237,17 @@ class HostContext:
                                   self.engine_pid, oomd.container, self.meminfo.get("MemTotal"))
 
     @cached_property
-    def target_node_cache(self) -> Optional[NodeCache]:
-        """Free memory and page cache of the node the engine should use; None without one."""
-        node = self.target_node
-        return read_node_cache(self.root, node) if node is not None else None
+    def binding_node_caches(self) -> Optional[Tuple[NodeCache, ...]]:
+        """Free memory and page cache of the node(s) the engine should use (the binding
+        plan's memory nodes, else the target node); None without a node or when one of
+        them has no readable ``meminfo``."""
+        plan = self.binding_plan
+        nodes = sorted(plan.mem_nodes) if plan is not None and plan.mem_nodes else (
+            [self.target_node] if self.target_node is not None else [])
+        caches = tuple(read_node_cache(self.root, n) for n in nodes)
+        if not caches or any(c is None for c in caches):
+            return None
+        return tuple(c for c in caches if c is not None)
 
     @cached_property
     def pool_assessment(self) -> PoolAssessment:

@@ -34,6 +34,9 @@ CONTEXTS: Dict[str, Dict[str, Any]] = {
     "reserve-dropin.conf.j2": {"unit": "system.slice", "section": "Slice", "cpus": "0-21,44-65",
                                "reserved": "22-43,66-87"},
     "slice-dropin.conf.j2": {"unit": "strata.service"},
+    "memlock-dropin.conf.j2": {"unit": "strata.service", "needed": "49.93 GiB",
+                               "current": "8.00 MiB (8388608)"},
+    "swap-dropin.conf.j2": {"unit": "strata.service"},
     "preflight-dropin.conf.j2": {"unit": "strata.service",
                                  "command": "strata-doctor check --quiet --fail-on error"},
 }
@@ -141,6 +144,8 @@ def test_generated_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     unit_dir = tree / "etc/systemd/system"
     (unit_dir / "strata.service.d/70-test-oomd.conf").write_text(_render("oomd-dropin.conf.j2"))
+    (unit_dir / "strata.service.d/70-test-memlock.conf").write_text(_render("memlock-dropin.conf.j2"))
+    (unit_dir / "strata.service.d/70-test-swap.conf").write_text(_render("swap-dropin.conf.j2"))
     code, output = _verify(unit_dir, "strata.service")
     if "Failed to" in output and "verify" not in output and code != 0 and not SYNTAX.search(output):
         pytest.skip(f"systemd-analyze verify cannot run unprivileged here: {output.strip()[:200]}")
