@@ -82,7 +82,12 @@ class NumaBinding(Check):
         else:
             why = "the GPU's node is unknown; set `numa: <node>` in the config to bind"
         severity = Severity.WARNING if "unknown" in why else Severity.OK
-        return self.finding("nothing-to-bind", severity, why)
+        detail = ""
+        if severity is Severity.WARNING and ctx.virtualization.virtual:
+            detail = (f"This is a virtual machine ({ctx.virtualization.name}): its nodes map to the host's "
+                      "sockets only if the hypervisor pins vNUMA, and the passed-through GPU's node is "
+                      "the hypervisor's to give; ask for both (virtual-numa).")
+        return self.finding("nothing-to-bind", severity, why, detail=detail)
 
     def _unbound(
         self, ctx: HostContext, plan: BindingPlan, state: BindingState, line: str,
@@ -131,6 +136,12 @@ class NumaBinding(Check):
             detail = state.wrong.capitalize() + ". " + detail
         if plan.reasons:
             detail += " " + " ".join(r[0].upper() + r[1:] + "." for r in plan.reasons)
+        if len(plan.mem_nodes) > 1 and plan.policy != "preferred":
+            detail += (" SNC or NPS splits the socket into these nodes; SNC off or NPS1 in the BIOS makes "
+                       "the socket one node (sub-numa-clustering).")
+        if ctx.virtualization.virtual:
+            detail += (f" This is a virtual machine ({ctx.virtualization.name}): its nodes map to the "
+                       "host's sockets only if the hypervisor pins vNUMA; ask for that (virtual-numa).")
         if state.effective is None:
             detail += f" The engine is not running and {ctx.config.unit} is not loaded, so this " \
                 "rests on the unit files alone."

@@ -1,7 +1,7 @@
 """One host as the checks see it: facts read lazily, once, through one root."""
 
 from functools import cached_property
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 from strata_doctor.binding import BindingPlan, BindingState, assess, plan_for
 from strata_doctor.engine import (
@@ -26,6 +26,16 @@ from strata_doctor.facts import (
     read_numa,
 )
 from strata_doctor.facts_cgroup import EngineLimits, read_engine_limits
+from strata_doctor.facts_cpu_policy import (
+    CpuFrequency,
+    NumaBalancing,
+    ThreadSiblings,
+    Virtualization,
+    read_cpu_frequency,
+    read_numa_balancing,
+    read_thread_siblings,
+    read_virtualization,
+)
 from strata_doctor.facts_pagecache import NodeCache, read_node_cache
 from strata_doctor.memory import (
     HugepageFacts,
@@ -258,6 +268,42 @@ class HostContext:
     def exposure(self) -> Exposure:
         """How exposed the engine is to systemd-oomd."""
         return assess_exposure(self.oomd)
+
+    # -- how the kernel runs the pool's CPUs: doctor/facts_cpu_policy.py ----------------------
+    @cached_property
+    def numa_balancing(self) -> NumaBalancing:
+        """``kernel.numa_balancing`` and its page-migration counters."""
+        return read_numa_balancing(self.root)
+
+    @cached_property
+    def cpu_frequency(self) -> CpuFrequency:
+        """cpufreq policies of the pool's CPUs (:attr:`pool_cpus`), turbo switches, the ACPI
+        platform profile and TuneD."""
+        return read_cpu_frequency(self.root, self.pool_cpus[0])
+
+    @cached_property
+    def pool_cpus(self) -> Tuple[FrozenSet[int], str]:
+        """(CPUs, where) the expert pool will run: the binding plan's CPUs, else the running
+        engine's allowed CPUs, else every online CPU."""
+        plan = self.binding_plan if len(self.numa.cpu_nodes) > 1 else None
+        if plan is not None:
+            nodes = sorted(plan.cpu_nodes)
+            return plan.cpus, ("node " if len(nodes) == 1 else "nodes ") + ",".join(map(str, nodes))
+        proc = self.engine_process
+        online = self.numa.online_cpus or frozenset(c for c, _ in self.cpu.package_of)
+        if proc is not None and proc.cpus_allowed and proc.cpus_allowed < online:
+            return proc.cpus_allowed, "the running engine's allowed CPUs"
+        return online, "the host"
+
+    @cached_property
+    def thread_siblings(self) -> ThreadSiblings:
+        """SMT siblings of the pool's CPUs (:attr:`pool_cpus`)."""
+        return read_thread_siblings(self.root, self.pool_cpus[0])
+
+    @cached_property
+    def virtualization(self) -> Virtualization:
+        """The ``hypervisor`` flag and ``systemd-detect-virt --vm``."""
+        return read_virtualization(self.root, self.cpu.flags)
 
 
 class GpuChoiceError(Exception):

@@ -1,0 +1,120 @@
+"""numa-balancing: automatic NUMA balancing migrating the arena's pages under the pool."""
+
+from __future__ import annotations
+
+from typing import Iterator, List, Optional
+
+from strata_doctor.check import Check
+from strata_doctor.context import HostContext
+from strata_doctor.facts_cpu_policy import NUMA_BALANCING, VMSTAT
+from strata_doctor.memory_fixes import sysctl_fix, sysctl_placement
+from strata_doctor.model import Evidence, Finding, Fix, Severity
+
+KEY = "kernel.numa_balancing"
+HUGEPAGES_KEY = "vm.nr_hugepages"
+REASON = ("automatic NUMA balancing unmaps and migrates the expert arena's pages while the "
+          "CPU pool reads them (strata-doctor numa-balancing)")
+
+
+class NumaBalancing(Check):
+    """Warns when automatic NUMA balancing is on for a host with several CPU nodes.
+
+    Reads ``/proc/sys/kernel/numa_balancing`` and, when it is on, the ``numa_pages_migrated``,
+    ``numa_hint_faults`` and ``numa_pte_updates`` counters of ``/proc/vmstat``. With
+    balancing on, the kernel periodically unmaps the arena's pages to see which CPUs touch
+    them (a NUMA hinting fault on the next read) and migrates pages toward those CPUs: the
+    expert pool stalls on faults and copies while it reads, and a binding the plan chose is
+    second-guessed page by page. llama.cpp prints a warning for exactly this. Debian, Ubuntu,
+    Fedora and RHEL kernels turn it on by default on every host with two nodes or more.
+    The fix writes ``kernel.numa_balancing = 0`` into the sysctl.d file the hugepages fix
+    uses and sets it now. Hosts with one CPU node have nothing to balance: skipped.
+    """
+
+    id = "numa-balancing"
+    title = "Automatic NUMA balancing"
+
+    def applies(self, ctx: HostContext) -> Optional[str]:
+        if len(ctx.numa.cpu_nodes) < 2:
+            return "one NUMA node with CPUs: automatic NUMA balancing has nothing to migrate"
+        return None
+
+    def run(self, ctx: HostContext) -> Iterator[Finding]:
+        facts = ctx.numa_balancing
+        nodes = ctx.numa.cpu_nodes
+        configured = ctx.hugepages.sysctl.last(KEY)
+        if facts.mode is None:
+            if facts.unread == "missing":
+                yield self.finding(
+                    "unsupported", Severity.OK,
+                    f"{NUMA_BALANCING} is absent: a kernel built without automatic NUMA balancing "
+                    "(CONFIG_NUMA_BALANCING), or a capture without the file",
+                    evidence=(Evidence(NUMA_BALANCING, "missing"),),
+                )
+            else:
+                yield self.finding(
+                    "unreadable", Severity.INFO,
+                    f"{NUMA_BALANCING} could not be read ({facts.unread or 'not a number'})",
+                )
+            return
+        evidence: List[Evidence] = [Evidence(NUMA_BALANCING, str(facts.mode))]
+        if configured is not None:
+            evidence.append(Evidence(configured.path, f"{KEY} = {configured.value}"))
+        if not facts.on:
+            back = configured if configured is not None and configured.value.strip() not in ("0", "") \
+                else None
+            comes_back = back is not None
+            yield self.finding(
+                "off", Severity.WARNING if comes_back else Severity.OK,
+                f"automatic NUMA balancing is off ({KEY} = 0)"
+                + (f", but {back.path} sets {back.value} at the next boot" if back is not None else ""),
+                evidence=tuple(evidence),
+                fix=self._fix(ctx, "off") if comes_back else None,
+            )
+            return
+        if configured is not None and configured.value.strip() == "0":
+            yield self.finding(
+                "configured", Severity.INFO,
+                f"{configured.path} turns automatic NUMA balancing off; it is on until "
+                "`sysctl --system` or the next boot",
+                evidence=tuple(evidence),
+            )
+            return
+        migrated = facts.counter("numa_pages_migrated")
+        faults = facts.counter("numa_hint_faults")
+        if facts.counters:
+            evidence.append(Evidence(VMSTAT, " ".join(f"{k}={v}" for k, v in facts.counters)))
+        since_boot = ""
+        if migrated is not None and faults is not None:
+            since_boot = (f"; since boot it has taken {faults:,} hinting faults and migrated "
+                          f"{migrated:,} pages ({migrated * 4 / 2**20:.1f} GiB)")
+        mode = {1: "on", 2: "in memory-tiering mode"}.get(facts.mode, f"on (mode {facts.mode})")
+        node_text = ", ".join(str(n.id) for n in nodes)
+        yield self.finding(
+            "enabled", Severity.WARNING,
+            f"automatic NUMA balancing is {mode} ({KEY} = {facts.mode}) on {len(nodes)} CPU nodes "
+            f"({node_text}): the kernel migrates the arena's pages while the pool reads them{since_boot}",
+            detail="The kernel unmaps pages at intervals to sample which CPUs touch them, then "
+            "moves them toward those CPUs: every sample is a fault in the expert pool's reads, "
+            "every move a copy, and a binding to the GPU's node is undone page by page when "
+            "threads stray. llama.cpp warns about it for the same reason. The engine places "
+            "its memory itself (numactl --preferred), so the kernel's guesses only cost. "
+            f"Turn it off: `sysctl -w {KEY}=0` now, and `{KEY} = 0` in sysctl.d for boots.",
+            evidence=tuple(evidence),
+            fix=self._fix(ctx, "enabled"),
+        )
+
+    def _fix(self, ctx: HostContext, finding: str) -> Fix:
+        """``kernel.numa_balancing = 0`` in the sysctl.d file the hugepages fix writes for
+        ``vm.nr_hugepages`` (the plan merges both into one file), and ``sysctl -w`` now."""
+        config = ctx.hugepages.sysctl
+        fix = sysctl_fix(((KEY, "0", REASON),), f"{self.id}/{finding}", config)
+        # The hugepages fix names its file after every file that sets vm.nr_hugepages to
+        # another value; a file that sets it at all is enough to move this one there too.
+        shared, _ = sysctl_placement(((KEY, "0", REASON), (HUGEPAGES_KEY, "", "")), config)
+        if fix.files and fix.files[0].path != shared:
+            fix = fix._replace(
+                files=(fix.files[0]._replace(path=shared),),
+                summary=f"set {KEY} = 0 in {shared} (the file named to sort after those that set "
+                f"{HUGEPAGES_KEY}, which the hugepages fix writes) and apply it now",
+            )
+        return fix
