@@ -44,12 +44,12 @@ class Swap(Check):
               f"{format_bytes(used)} used")
         evidence: List[Evidence] = [Evidence("/proc/meminfo", f"SwapTotal={format_bytes(total)}, "
                                              f"SwapFree={format_bytes(limits.swap_free or 0)}")]
-        if not total:
-            yield self.finding("off", Severity.OK, "no swap: the arena stays in RAM", evidence=evidence)
-            return
         swap_max = limits.swap_max
         if swap_max is not None:
             evidence.append(Evidence(swap_max.source, swap_max.text))
+        if not total:
+            yield self.finding("off", Severity.OK, "no swap: the arena stays in RAM", evidence=evidence)
+            return
         pinned = ctx.config.pinned_bytes
         if swap_max is not None and swap_max.value == 0:
             yield self.finding("swap-max-0", Severity.OK,
