@@ -24,7 +24,7 @@ RESERVE_DROPIN = "60-strata-doctor-reserve.conf"
 PREFLIGHT_DROPIN = "60-strata-doctor-preflight.conf"
 ENGINE_SLICE = "strata.slice"
 WRAPPER = "/usr/local/bin/strata-numa"
-PREFLIGHT_COMMAND = "strata-doctor check --quiet --fail-on error"
+PREFLIGHT_ARGS = "check --quiet --fail-on error"
 
 
 def systemd_policy(policy: str, mem_nodes: FrozenSet[int]) -> str:
@@ -183,9 +183,16 @@ def reserve_node_fix(ctx: "HostContext", plan: BindingPlan, finding: str) -> Tup
     ), ""
 
 
-def preflight_fix(unit: str, finding: str) -> Fix:
-    """``--preflight``: the engine unit refuses to start while the check finds an error."""
-    command = PREFLIGHT_COMMAND if unit == DEFAULT_UNIT else f"{PREFLIGHT_COMMAND} --unit {unit}"
+def preflight_fix(unit: str, finding: str, script: str) -> Fix:
+    """``--preflight``: the engine unit refuses to start while the check finds an error.
+
+    ``script`` is the absolute path of the console script: systemd searches no virtual
+    environment, so a bare ``strata-doctor`` would keep the unit from starting.
+    """
+    quoted = f'"{script}"' if any(c.isspace() for c in script) else script
+    command = f"{quoted} {PREFLIGHT_ARGS}"
+    if unit != DEFAULT_UNIT:
+        command += f" --unit {unit}"
     return Fix(
         summary=f"run `{command}` before every start of {unit}",
         files=(FileChange(f"{SYSTEMD_DIR}/{unit}.d/{PREFLIGHT_DROPIN}", "preflight-dropin.conf.j2",

@@ -38,7 +38,7 @@ class PlanOptions:
     reserve_node: bool = False
     """Reserve the engine's node: ``strata.slice`` plus AllowedCPUs for everyone else."""
     preflight: bool = False
-    """Add ``ExecStartPre=strata-doctor check`` to the engine unit."""
+    """Add ``ExecStartPre=/path/to/strata-doctor check`` to the engine unit."""
     restart: bool = False
     """Restart the engine unit after writing (live host only)."""
     force: bool = False
@@ -191,7 +191,7 @@ def build_plan(ctx: HostContext, results: Sequence[CheckResult], options: PlanOp
                 picked.append((finding, finding.fix))
             elif finding.severity >= Severity.WARNING:
                 notes.append(f"{name}: no automatic fix; see `strata-doctor check -v`")
-    picked.extend(_opt_in_fixes(ctx, results, options, problems))
+    picked.extend(_opt_in_fixes(ctx, results, options, problems, notes))
     answers = tuple(
         Answer(f"{f.check}/{f.id}", "requested" if f.check == "fix" else f.severity.label, fix.summary,
                fix.takes_effect)
@@ -217,7 +217,8 @@ def _selected(finding: Finding, options: PlanOptions) -> bool:
 
 
 def _opt_in_fixes(
-    ctx: HostContext, results: Sequence[CheckResult], options: PlanOptions, problems: List[str]
+    ctx: HostContext, results: Sequence[CheckResult], options: PlanOptions, problems: List[str],
+    notes: List[str],
 ) -> List[Tuple[Finding, Fix]]:
     from strata_doctor.fixes import preflight_fix, reserve_node_fix
 
@@ -239,9 +240,58 @@ def _opt_in_fixes(
             else:
                 extra.append((finding, fix))
     if options.preflight:
-        finding = Finding("fix", "preflight", Severity.INFO, "")
-        extra.append((finding, preflight_fix(ctx.config.unit, "--preflight")))
+        script, where = preflight_script(ctx.root)
+        if where == "missing":
+            problems.append(f"--preflight: {script} is not an executable file, so the engine unit "
+                            "could not start; install strata-doctor as README.md says (its script "
+                            "linked to /usr/local/bin/strata-doctor), or set STRATA_DOCTOR_SCRIPT")
+        else:
+            finding = Finding("fix", "preflight", Severity.INFO, "")
+            extra.append((finding, preflight_fix(ctx.config.unit, "--preflight", script)))
+            if where == "this machine":
+                notes.append(f"--preflight: {script} is not inside {ctx.root.base}; the path is taken "
+                             "from this machine")
     return extra
+
+
+SCRIPT_ENV = "STRATA_DOCTOR_SCRIPT"
+"""Names the script ``ExecStartPre=`` runs, when the running one is not the one to use."""
+
+
+def running_script() -> str:
+    """The absolute path of the installed ``strata-doctor`` console script.
+
+    ``$STRATA_DOCTOR_SCRIPT`` if set; else the running script when it is called
+    strata-doctor (not resolved: the /usr/local/bin link stays the link); else the one on
+    ``PATH``; else the one beside the running Python (a virtual environment's bin).
+    """
+    import shutil
+    import sys
+
+    named = os.environ.get(SCRIPT_ENV, "")
+    if named:
+        return os.path.abspath(named)
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "strata-doctor" and os.sep in argv0:
+        return os.path.abspath(argv0)
+    found = shutil.which("strata-doctor")
+    if found:
+        return os.path.abspath(found)
+    return os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "strata-doctor")
+
+
+def preflight_script(root: Root) -> Tuple[str, str]:
+    """(path, where): where is ``root``, ``this machine`` (a --root tree without it) or ``missing``."""
+    script = running_script()
+
+    def runnable(path: str) -> bool:
+        return os.path.isfile(path) and os.access(path, os.X_OK)
+
+    if runnable(str(root.path(script))):
+        return script, "root"
+    if not root.live and runnable(script):
+        return script, "this machine"
+    return script, "missing"
 
 
 def _plan_files(

@@ -94,6 +94,26 @@ def compare_golden(path: Path, actual: str) -> None:
     assert actual == path.read_text(), f"{path} differs; rerun with STRATA_UPDATE_GOLDEN=1"
 
 
+PREFLIGHT_SCRIPT = "/usr/local/bin/strata-doctor"
+"""What golden files show for the script ``fix --preflight`` names (see preflight_script)."""
+
+
+@pytest.fixture(scope="session")
+def preflight_script_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An executable stand-in for the installed console script, on this machine."""
+    script = tmp_path_factory.mktemp("bin") / "strata-doctor"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.fixture(autouse=True)
+def preflight_script(preflight_script_file: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``fix --preflight`` names the stand-in, so no test depends on how this machine installed it."""
+    monkeypatch.setenv("STRATA_DOCTOR_SCRIPT", str(preflight_script_file))
+    return preflight_script_file
+
+
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
     """The real host snapshots of ../shared/corpus, unpacked once; skips when absent."""

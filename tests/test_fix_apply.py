@@ -22,7 +22,7 @@ from strata_doctor import apply as applier
 from strata_doctor.apply import ApplyError, apply_plan, revert_last
 from strata_doctor.cli import run_selected
 from strata_doctor.plan import PlanOptions, build_plan
-from tests.conftest import HOSTS, REPO, compare_golden, run_cli
+from tests.conftest import HOSTS, PREFLIGHT_SCRIPT, REPO, compare_golden, run_cli
 from tests.test_fix_hosts import SYNTHETIC, Entry, context_for, make_host, snapshot
 
 GOLDEN = REPO / "tests" / "golden" / "fix"
@@ -43,7 +43,8 @@ def _generated(before: Dict[str, Entry], after: Dict[str, Entry]) -> str:
         kind, mode, data = after[rel]
         if kind != "file" or rel.startswith(STATE) or before.get(rel) == after[rel]:
             continue
-        parts.append(f"==> /{rel} (mode {mode:04o}) <==\n{data.decode()}")
+        text = data.decode().replace(os.environ.get("STRATA_DOCTOR_SCRIPT", "\0"), PREFLIGHT_SCRIPT)
+        parts.append(f"==> /{rel} (mode {mode:04o}) <==\n{text}")
     return "\n".join(parts) if parts else "(nothing to change)\n"
 
 
