@@ -52,7 +52,16 @@ class SubNumaClustering(Check):
             for package in packages[:1]:  # a node inside one package (firmware never splits it)
                 by_package.setdefault(package, []).append(node.id)
         sockets = len(by_package)
-        nodes = len(ctx.numa.cpu_nodes)
+        nodes = sum(len(ids) for ids in by_package.values())
+        if nodes < len(ctx.numa.cpu_nodes):
+            yield self.finding(
+                "unknown", Severity.OK,
+                f"the CPUs' packages name {nodes} of the {len(ctx.numa.cpu_nodes)} CPU nodes: no "
+                "node-to-socket map",
+                evidence=(Evidence("/proc/cpuinfo", "physical id missing or unreadable for some "
+                                   "nodes' CPUs"),),
+            )
+            return
         layout = "; ".join(f"socket {p}: node{'s' if len(n) > 1 else ''} {','.join(map(str, n))}"
                            for p, n in sorted(by_package.items()))
         evidence = (

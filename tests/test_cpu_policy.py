@@ -279,3 +279,13 @@ def test_bare_metal_hosts_pass_every_new_check() -> None:
     worst = {f["check"]: f["severity"] for f in data["findings"] if f["check"] in IDS}
     assert worst == {"sub-numa-clustering": "ok", "virtual-numa": "ok", "numa-balancing": "ok",
                      "expert-workers": "info", "cpu-frequency": "ok"}
+
+
+def test_snc_without_packages_for_every_node_says_so_instead_of_crashing(tmp_path: Path) -> None:
+    files = two_node_files()
+    # node 1's CPUs are numbered otherwise in cpuinfo (a mutated or odd capture)
+    files["/proc/cpuinfo"] = "".join(
+        f"processor\t: {c if c < 4 else -c}\nphysical id\t: {c // 4}\ncore id\t\t: {c % 4}\n\n"
+        for c in range(8))
+    (finding,) = findings(write_tree(tmp_path, files), "sub-numa-clustering")["sub-numa-clustering"]
+    assert (finding.id, finding.severity) == ("unknown", Severity.OK)
