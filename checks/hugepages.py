@@ -13,9 +13,10 @@ from strata_doctor.rules import (
     CHAIN,
     PendingPool,
     PoolAssessment,
+    TrapVerdict,
+    assess_trap,
     pending_pool,
     pool_resolved,
-    project_memory,
 )
 
 GIB = 1024**3
@@ -103,14 +104,20 @@ class Hugepages(Check):
         evidence = self._pool_evidence(ctx, facts)
         total = pool.total if pool else 0
         pending = pending_pool(facts, total)
-        if pool is None or (pool.total == 0 and pool.surplus == 0 and pool.overcommit == 0):
+        # An empty pool holds nothing back, whatever overcommit allows on demand: only
+        # hugepages: hugetlb, which has no fallback, makes it a finding.
+        if pool is None or (pool.total == 0 and (a.mode != "hugetlb" or
+                                                 (pool.surplus == 0 and pool.overcommit == 0))):
             yield from self._no_pool(ctx, facts, a, pending, evidence)
             return
         if a.fails:
+            verdict = self._verdict(ctx)
             if pending and pool_resolved(pending.pages, a):
                 yield self._configured(pool, pending, evidence)
-            elif a.trap:
-                yield self._trap(ctx, facts, a, evidence)
+            elif verdict is not None and verdict.error:
+                yield self._trap(ctx, facts, a, verdict, evidence)
+            elif verdict is not None:
+                yield self._unusable(ctx, facts, a, verdict, evidence)
             elif not blocking:  # else the orphans finding carries the failure and its fix
                 yield self._too_small(ctx, facts, a, evidence)
             return
@@ -165,10 +172,20 @@ class Hugepages(Check):
             )
             return
         how = "THP" if a.mode != "hugetlb" else "MAP_HUGETLB"
+        overcommit = ""
+        if a.pool is not None and a.pool.overcommit and a.mode == "auto":
+            if a.fails and need is not None:
+                overcommit = (f"; overcommit allows {format_count(a.available)} surplus pages on demand, "
+                              f"fewer than the arena's {format_count(need.pages)}, so MAP_HUGETLB fails "
+                              "and the engine falls back to THP")
+            elif need is not None:
+                how = "MAP_HUGETLB"
+                overcommit = (f"; overcommit allows {format_count(a.available)} surplus pages on demand, "
+                              f"enough for the arena's {format_count(need.pages)}")
         yield self.finding(
             "no-pool", Severity.OK,
             f"no hugepage pool: no memory is held back, and the arena uses {how} "
-            f"(hugepages: {a.mode})",
+            f"(hugepages: {a.mode}){overcommit}",
             evidence=evidence,
         )
 
@@ -187,7 +204,8 @@ class Hugepages(Check):
         )
 
     def _trap(
-        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, evidence: Tuple[Evidence, ...],
+        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, verdict: TrapVerdict,
+        evidence: Tuple[Evidence, ...],
     ) -> Finding:
         pool, need = a.pool, a.need
         assert pool is not None and need is not None
@@ -198,11 +216,12 @@ class Hugepages(Check):
             f"{format_count(need.pages)} ({need.arithmetic}); the engine falls back to THP and needs "
             f"{format_bytes(need.arena)} more while the pool keeps {format_bytes(pool_bytes)}"
         )
+        held = (f"{format_count(taken)} of its pages are taken ({self._takers(facts, pool, taken)}), so "
+                f"{format_count(pool.free)} are free") if taken else \
+            f"None of its pages are taken: all {format_count(pool.free)} are free"
         parts = [
             f"{SYSCTL_KEY} = {format_count(pool.total)} sets aside {format_bytes(pool_bytes)} for "
-            f"MAP_HUGETLB. "
-            f"{format_count(taken)} of its pages are taken ({self._takers(facts, pool, taken)}), so "
-            f"{format_count(pool.free)} are free"
+            f"MAP_HUGETLB. {held}"
             + (f" and {format_count(pool.reserved)} of those are reserved" if pool.reserved else "")
             + f": {format_count(a.missing)} short of the {format_count(need.pages)} the arena needs "
             f"({need.arithmetic}).",
@@ -210,20 +229,28 @@ class Hugepages(Check):
             f"arena again, {format_bytes(need.arena)} of ordinary pages, while the pool keeps "
             f"{format_bytes(pool_bytes)} that nothing else can use (free and top count it as used).",
         ]
-        projection = project_memory(facts, ctx.config, a, self._engine_resident(ctx))
+        projection, released = verdict.projection, verdict.released
         if projection is not None:
             parts.append(f"Projected after the start: {projection.arithmetic}.")
+        if verdict.pool_short and projection is not None and released is not None:
+            parts.append(
+                f"That is short of the headroom because of the pool: giving back its "
+                f"{format_bytes(verdict.held_back)} (its free pages"
+                + (" and the running engine's" if a.engine_pages else "")
+                + f") would leave {format_bytes(released.left)}."
+            )
         parts.append(
             "What follows: loading the arena drives reclaim and compaction (memory pressure); where "
             "systemd-oomd watches the engine's cgroup it kills the unit, and systemd restarts it into "
             "the same trap: a restart loop."
         )
-        if self._chain(ctx):
+        if verdict.chain:
             parts.append(f"systemd-oomd watches the engine here, so this is the first link of one "
                          f"failure chain ({CHAIN}), reported in order by oomd/trap-chain.")
         parts.append(
-            f"Set {SYSCTL_KEY} = 0 to run on THP (what fixed the seed box), or free the "
-            f"{format_count(taken)} taken pages so that the arena fits."
+            f"Set {SYSCTL_KEY} = 0 to run on THP (what fixed the seed box)"
+            + (f", or free the {format_count(taken)} taken pages so that the arena fits."
+               if taken >= a.missing else ".")
         )
         shadowed = self._shadowed(facts)
         if shadowed:
@@ -234,6 +261,71 @@ class Hugepages(Check):
             parts.append(f"This is a container ({facts.container}): the pool belongs to the host; "
                          f"change {SYSCTL_KEY} there.")
         return self.finding("trap", Severity.ERROR, summary, detail=" ".join(parts),
+                            evidence=evidence + self._config_evidence(ctx), fix=fix)
+
+    def _unusable(
+        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, verdict: TrapVerdict,
+        evidence: Tuple[Evidence, ...],
+    ) -> Finding:
+        """MAP_HUGETLB fails and the pool holds memory back, but the numbers make no trap."""
+        pool, need = a.pool, a.need
+        assert pool is not None and need is not None
+        taken = pool.total - pool.free
+        if verdict.held_back == 0:  # every page is someone else's: nothing to give back
+            return self.finding(
+                "in-use", Severity.INFO,
+                f"pool of {pool_words(pool)}, {format_count(pool.used)} in use "
+                f"({self._takers(facts, pool, taken)}), none free for the arena ({need.arithmetic}): "
+                "the engine runs on THP, and the pool holds nothing back from it",
+                evidence=evidence + self._config_evidence(ctx),
+            )
+        held = format_bytes(verdict.held_back)
+        projection, released = verdict.projection, verdict.released
+        summary = (
+            f"pool of {pool_words(pool)} that the arena cannot use: free {format_count(pool.free)}, "
+            f"needed {format_count(need.pages)} ({need.arithmetic}), so the engine runs on THP "
+            f"while the pool holds back {held}"
+        )
+        parts = [
+            f"{SYSCTL_KEY} = {format_count(pool.total)} sets aside {format_bytes(pool.total * pool.size)} "
+            f"for MAP_HUGETLB"
+            + (f"; {format_count(taken)} of its pages are taken ({self._takers(facts, pool, taken)})"
+               if taken else "")
+            + f", so MAP_HUGETLB of the arena fails and hugepages: auto falls back to transparent "
+            f"hugepages. {SYSCTL_KEY} = 0 would give back {held} (its free pages"
+            + (" and the running engine's" if a.engine_pages else "") + ")."
+        ]
+        if projection is not None and released is not None:
+            parts.append(f"Projected after the start: {projection.arithmetic}.")
+            if projection.short:
+                short = format_bytes(released.headroom - released.left)
+                summary += (f"; the start runs short of the {format_bytes(projection.headroom)} headroom "
+                            f"even without the pool (by {short}), so the pool is not what runs it short")
+                parts.append(
+                    f"Giving the pool back would still leave the start {short} short of the "
+                    f"{format_bytes(projection.headroom)} headroom: the engine does not fit this host's "
+                    "memory whatever the pool holds (a host smaller than the engine is arena-fit's "
+                    "error), so the pool only adds to a shortfall it does not cause."
+                )
+            else:
+                summary += (f"; {format_bytes(projection.left)} is projected left after the start "
+                            f"(headroom {format_bytes(projection.headroom)})")
+                parts.append(
+                    "That leaves the headroom, so the fallback does not run the host short: the pool "
+                    "only wastes memory (free and top count it as used)."
+                )
+        else:
+            parts.append("Without MemAvailable the memory left after the start cannot be projected.")
+        parts.append(f"Set {SYSCTL_KEY} = 0 unless another program maps the pool.")
+        shadowed = self._shadowed(facts)
+        if shadowed:
+            parts.append(shadowed)
+        if facts.container:
+            parts.append(f"This is a container ({facts.container}): the pool belongs to the host; "
+                         f"change {SYSCTL_KEY} there.")
+        fix = None if facts.container else self._zero_fix(
+            facts, "hugepages/unusable-pool", "the arena cannot use the pool; the engine runs on THP")
+        return self.finding("unusable-pool", Severity.WARNING, summary, detail=" ".join(parts),
                             evidence=evidence + self._config_evidence(ctx), fix=fix)
 
     def _too_small(
@@ -481,13 +573,10 @@ class Hugepages(Check):
         source = c.source or "command line"
         return (Evidence(source, f"arena={format_bytes(c.arena_bytes or 0)} hugepages={c.hugepages}"),)
 
-    def _engine_resident(self, ctx: HostContext) -> int:
+    def _verdict(self, ctx: HostContext) -> Optional[TrapVerdict]:
         proc = ctx.engine_process
-        return proc.resident_bytes if proc else 0
-
-    def _chain(self, ctx: HostContext) -> bool:
-        oomd = ctx.oomd
-        return oomd.active and oomd.cgroup_v2 is not False and ctx.exposure.exposed
+        return assess_trap(ctx.hugepages, ctx.config, ctx.pool_assessment,
+                           proc.resident_bytes if proc else 0, ctx.oomd, ctx.exposure)
 
     def _zero_fix(self, facts: HugepageFacts, finding: str, reason: str) -> Fix:
         return sysctl_fix(((SYSCTL_KEY, "0", reason),), finding, facts.sysctl)
@@ -519,3 +608,4 @@ class Hugepages(Check):
 
     def _node_total(self, facts: HugepageFacts, node: int) -> int:
         return next((n.total for n in facts.nodes_of(facts.page_size) if n.node == node), 0)
+

@@ -10,7 +10,15 @@ from strata_doctor.memory_fixes import move_to_system_service_fix, oomd_dropin_f
 from strata_doctor.model import Evidence, Finding, Fix, Severity
 from strata_doctor.oomd import OomdFacts, Watched, oomd_commands
 from strata_doctor.parse import format_bytes, format_count
-from strata_doctor.rules import CHAIN, Exposure, MemoryProjection, project_memory, trap_in_effect
+from strata_doctor.rules import (
+    CHAIN,
+    Exposure,
+    MemoryProjection,
+    assess_trap,
+    project_memory,
+    restart_looping,
+    trap_in_effect,
+)
 
 
 class Oomd(Check):
@@ -110,7 +118,7 @@ class Oomd(Check):
                 evidence=evidence,
             )
             return
-        if trap_in_effect(ctx.hugepages, ctx.pool_assessment):
+        if trap_in_effect(ctx.hugepages, ctx.pool_assessment) and self._is_chain(ctx):
             yield self._chain(ctx, facts, exposure, evidence)
             return
         yield self._exposed(ctx, facts, exposure, evidence)
@@ -265,8 +273,15 @@ class Oomd(Check):
         return f" ({', '.join(bits)})" if bits else ""
 
     def _looping(self, facts: OomdFacts) -> bool:
-        return bool(facts.n_restarts) or facts.result == "oom-kill" or "auto-restart" in facts.active_state \
-            or facts.active_state.startswith(("failed", "activating"))
+        return restart_looping(facts)
+
+    def _is_chain(self, ctx: HostContext) -> bool:
+        """The fallback drives the watched engine into pressure that the pool's memory would
+        relieve (rules.TrapVerdict.chain); a pool that only holds memory back is no link."""
+        proc = ctx.engine_process
+        verdict = assess_trap(ctx.hugepages, ctx.config, ctx.pool_assessment,
+                              proc.resident_bytes if proc else 0, ctx.oomd, ctx.exposure)
+        return verdict is not None and verdict.chain
 
     def _advice(self, facts: OomdFacts) -> str:
         if facts.user_uid is not None:

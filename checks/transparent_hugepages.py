@@ -9,7 +9,7 @@ from strata_doctor.context import HostContext
 from strata_doctor.memory import THP_DIR, ThpFacts
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, RuntimeAction, Severity
 from strata_doctor.parse import format_bytes
-from strata_doctor.rules import PoolAssessment
+from strata_doctor.rules import PoolAssessment, assess_trap
 
 STALLING_DEFRAG = ("always",)
 
@@ -57,7 +57,7 @@ class TransparentHugepages(Check):
     def _enabled(
         self, ctx: HostContext, thp: ThpFacts, a: PoolAssessment, evidence: Tuple[Evidence, ...],
     ) -> Finding:
-        why = self._why_thp(a)
+        why = self._why_thp(ctx, a)
         if thp.enabled == "never":
             if not a.relies_on_thp:
                 return self.finding("off", Severity.OK,
@@ -121,13 +121,18 @@ class TransparentHugepages(Check):
             evidence=(Evidence(f"{THP_DIR}/defrag", thp.defrag or ""),),
         )
 
-    def _why_thp(self, a: PoolAssessment) -> str:
+    def _why_thp(self, ctx: HostContext, a: PoolAssessment) -> str:
         if a.mode == "thp":
             return "the engine runs with hugepages: thp"
         if a.mode == "hugetlb":
             return "the engine maps its arena with MAP_HUGETLB"
-        if a.trap:
-            return "MAP_HUGETLB will fail (hugepages/trap), so the engine falls back to THP"
+        if a.fails and a.mode == "auto":
+            proc = ctx.engine_process
+            verdict = assess_trap(ctx.hugepages, ctx.config, a, proc.resident_bytes if proc else 0,
+                                  ctx.oomd, ctx.exposure)
+            if verdict is not None and verdict.error:
+                return "MAP_HUGETLB will fail (hugepages/trap), so the engine falls back to THP"
+            return "MAP_HUGETLB cannot get the arena's pages, so the engine falls back to THP"
         if not a.uses_pool:
             return "there is no hugepage pool, so the engine (hugepages: auto) uses THP"
         if a.need is None:

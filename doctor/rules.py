@@ -2,8 +2,9 @@
 
 What the default hugepage pool does to the engine's next start (:func:`assess_pool`),
 whether a configured pool size resolves it (:func:`pending_pool`, :func:`trap_in_effect`),
-ordinary memory after the start (:func:`project_memory`) and the engine's exposure to
-systemd-oomd (:func:`assess_exposure`). The NUMA binding plan is in
+ordinary memory after the start (:func:`project_memory`), whether a pool the arena cannot
+use is the seed's trap or only held-back memory (:func:`assess_trap`) and the engine's
+exposure to systemd-oomd (:func:`assess_exposure`). The NUMA binding plan is in
 :mod:`strata_doctor.binding`. :class:`~strata_doctor.context.HostContext` keeps each
 answer for the host (``ctx.pool_assessment``, ``ctx.exposure``, ``ctx.binding_plan``).
 """
@@ -71,9 +72,19 @@ class PoolAssessment(NamedTuple):
 
     @property
     def trap(self) -> bool:
-        """The seed's trap: MAP_HUGETLB fails, the engine falls back to THP, and the pool
-        keeps its memory away from the fallback."""
-        return self.fails and self.mode == "auto"
+        """MAP_HUGETLB fails, the engine falls back to THP, and the pool keeps its memory
+        away from the fallback. Whether that is the seed's trap (an error) or only memory
+        held back (a warning) is for :func:`assess_trap` to say, from the numbers."""
+        return self.fails and self.mode == "auto" and self.pool is not None and self.pool.total > 0
+
+    @property
+    def held_back(self) -> int:
+        """Bytes that ``vm.nr_hugepages = 0`` gives back to ordinary memory for the engine's
+        next start: the pool's free pages that no mapping reserves, and the running engine's
+        own pages. Pages other processes hold stay theirs until they exit."""
+        if self.pool is None:
+            return 0
+        return (max(0, self.pool.free - self.pool.reserved) + self.engine_pages) * self.pool.size
 
     @property
     def relies_on_thp(self) -> bool:
@@ -184,8 +195,62 @@ def pending_pool(facts: HugepageFacts, current: int) -> Optional[PendingPool]:
     return PendingPool(*configured)
 
 
+class TrapVerdict(NamedTuple):
+    """Whether a pool the arena cannot use (hugepages: auto, MAP_HUGETLB fails) is the
+    seed's trap, from the host's own numbers.
+
+    It is when the pool makes the difference: the memory projected after the THP fallback
+    falls short of the headroom, and giving the pool back (:attr:`PoolAssessment.held_back`)
+    would leave the headroom (:attr:`pool_short`); or systemd-oomd watches the engine and
+    the fallback drives it into pressure (:attr:`chain`). On a host too small for the
+    engine whatever the pool holds, arena-fit carries the error and the pool is a warning.
+    """
+
+    held_back: int
+    """Bytes that ``vm.nr_hugepages = 0`` would give back (:attr:`PoolAssessment.held_back`)."""
+    projection: Optional[MemoryProjection]
+    """Ordinary memory after the start with the pool as it is; None without MemAvailable."""
+    watched: bool
+    """systemd-oomd is active on cgroup v2 and can pick the engine (watched, not protected)."""
+    killed: bool
+    """The journal shows oomd kills of the engine and its unit is restart-looping."""
+
+    @property
+    def released(self) -> Optional[MemoryProjection]:
+        """The projection with the pool given back."""
+        p = self.projection
+        return p._replace(available=p.available + self.held_back) if p is not None else None
+
+    @property
+    def pool_short(self) -> bool:
+        """Short of the headroom because of the pool: short now, not short without it."""
+        released = self.released
+        return self.projection is not None and released is not None and self.projection.short \
+            and not released.short
+
+    @property
+    def cured(self) -> bool:
+        """Giving the pool back leaves the headroom (or the projection is unknown)."""
+        released = self.released
+        return released is None or not released.short
+
+    @property
+    def chain(self) -> bool:
+        """The seed's chain: oomd watches the engine, and the fallback drives it into
+        pressure (projected short because of the pool, or oomd has already killed the
+        engine into a restart loop) which the pool's memory would relieve."""
+        return self.watched and self.held_back > 0 and self.cured and (self.pool_short or self.killed)
+
+    @property
+    def error(self) -> bool:
+        """The seed's trap: an error. Otherwise the pool only holds memory back."""
+        return self.held_back > 0 and (self.pool_short or self.chain)
+
+
 def trap_in_effect(facts: HugepageFacts, a: PoolAssessment) -> bool:
-    """The seed's trap is live now and no fix for it is waiting in the configuration."""
+    """MAP_HUGETLB fails beside a pool (:attr:`PoolAssessment.trap`) now, and no fix for it is
+    waiting in the configuration. Whether that is the seed's trap is :func:`assess_trap`'s
+    answer."""
     if not a.trap or a.pool is None:
         return False
     pending = pending_pool(facts, a.pool.total)
@@ -265,3 +330,20 @@ def assess_exposure(facts: OomdFacts) -> Exposure:
     return Exposure(facts.watched(), preference, honoured, configured, swap)
 
 
+# -- the seed's trap, from the numbers ------------------------------------------------------
+def restart_looping(facts: OomdFacts) -> bool:
+    """The engine's unit restarts after failures (NRestarts, Result=oom-kill, auto-restart)."""
+    return bool(facts.n_restarts) or facts.result == "oom-kill" or "auto-restart" in facts.active_state \
+        or facts.active_state.startswith(("failed", "activating"))
+
+
+def assess_trap(
+    facts: HugepageFacts, config: EngineConfig, a: PoolAssessment, engine_resident: int,
+    oomd: OomdFacts, exposure: Exposure,
+) -> Optional[TrapVerdict]:
+    """Judge a pool the arena cannot use (:attr:`PoolAssessment.trap`); None otherwise."""
+    if not a.trap:
+        return None
+    watched = oomd.active and oomd.cgroup_v2 is not False and exposure.exposed
+    killed = bool(oomd.engine_kills()) and restart_looping(oomd)
+    return TrapVerdict(a.held_back, project_memory(facts, config, a, engine_resident), watched, killed)
