@@ -10,13 +10,13 @@ import re
 from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
 
 from strata_doctor.parse import (
-    numa_maps_totals,
     parse_cpulist,
     parse_int,
     parse_key_values,
     parse_size,
     parse_status,
 )
+from strata_doctor.processes import read_numa_maps
 from strata_doctor.root import Command, CommandResult, Root, command_key
 from strata_doctor.unitfile import parse_ini, split_command
 from strata_doctor.units import unit_file_paths, unit_setting
@@ -410,8 +410,9 @@ def read_process(root: Root, pid: int) -> Optional[EngineProcess]:
     if status_text is None:
         return None
     status = parse_status(status_text)
-    # One pass for both sums: a large engine's numa_maps has a million lines.
-    per_node, per_policy = numa_maps_totals(root.read_bytes(f"/proc/{pid}/numa_maps") or b"")
+    # One pass for all sums (a large engine's numa_maps has a million lines), shared with
+    # the hugepage facts, which read its hugetlb pages per node.
+    per_node, per_policy, _ = read_numa_maps(root, pid)
     return EngineProcess(
         pid=pid,
         cpus_allowed=parse_cpulist(status.get("Cpus_allowed_list", "")),

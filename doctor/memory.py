@@ -27,7 +27,7 @@ from strata_doctor.parse import (
     parse_size,
     unescape_octal,
 )
-from strata_doctor.processes import ProcessInfo
+from strata_doctor.processes import ProcessInfo, read_numa_maps
 from strata_doctor.root import Root
 
 HUGEPAGES_DIR = "/sys/kernel/mm/hugepages"
@@ -184,29 +184,6 @@ def parse_maps_paths(text: str) -> Set[str]:
             continue
         paths.add(unescape_octal(path))
     return paths
-
-
-def parse_hugetlb_numa_maps(text: str) -> Dict[int, int]:
-    """Bytes of hugetlb pages per node in ``/proc/PID/numa_maps`` (its ``huge`` lines)."""
-    per_node: Dict[int, int] = {}
-    for line in text.replace("\0", "").splitlines():
-        if "huge" not in line:  # most of a large engine's million lines: not split at all
-            continue
-        words = line.split()
-        if "huge" not in words:
-            continue
-        page = 0
-        counts: List[Tuple[int, int]] = []
-        for word in words:
-            key, _, value = word.partition("=")
-            # ASCII digits, at most 64 (int() refuses 4,300 and '²'): a kernel number
-            if key == "kernelpagesize_kB" and _uint(value):
-                page = int(value) * 1024
-            elif key[:1] == "N" and _uint(key[1:]) and _uint(value):
-                counts.append((int(key[1:]), int(value)))
-        for node, pages in counts:
-            per_node[node] = per_node.get(node, 0) + pages * (page or DEFAULT_PAGE)
-    return per_node
 
 
 def _uint(text: str) -> bool:
@@ -485,7 +462,7 @@ def read_hugepages(root: Root, processes: Sequence[ProcessInfo]) -> HugepageFact
     mounts = parse_mounts(mounts_text)
     holders = tuple(sorted(
         (Holder(p.pid, p.name, p.uid, p.hugetlb_bytes,
-                tuple(sorted(parse_hugetlb_numa_maps(root.read(f"/proc/{p.pid}/numa_maps") or "").items())))
+                tuple(sorted(read_numa_maps(root, p.pid).huge_per_node.items())))
          for p in processes if p.hugetlb_bytes > 0),
         key=lambda h: (-h.bytes, h.pid),
     ))

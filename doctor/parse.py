@@ -10,7 +10,7 @@ import re
 from collections import Counter
 from functools import lru_cache
 from operator import mul
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple, Union
 
 _SIZE_UNITS = {
     "": 1,
@@ -224,17 +224,49 @@ def parse_int(text: Optional[str]) -> Optional[int]:
     return value if -(1 << 64) < value < (1 << 64) else None
 
 
+# The ASCII characters other than "\n" and " " at which ``str.splitlines()`` or ``str.split()``
+# break a text: \r \v \f and \x1c-\x1e end a line, \x1f separates words. Beyond ASCII,
+# \x85, \u2028 and \u2029 end lines too, which is why plain text is ASCII.
+_ODD_CHARACTERS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
+_ODD_BYTES = tuple(character.encode() for character in _ODD_CHARACTERS)
+
+
+def is_plain(data: Union[str, bytes], also: str = "") -> bool:
+    """True when ``data`` is ASCII holding none of the characters at which
+    ``str.splitlines()`` or ``str.split()`` break it where ``split("\\n")`` and ``split(" ")``
+    do not (``\\r``, ``\\v``, ``\\f``, ``\\x1c``-``\\x1f``), nor any character of ``also``
+    (a tab for numa_maps, whose fast path splits on spaces; a NUL for status files).
+
+    The kernel writes plain text; the fast parsers of large or many files (numa_maps,
+    cpuinfo, the process scan) take only plain text and leave the rest to the general
+    parser, which reads any text the way the fast one reads plain text."""
+    if not data.isascii():
+        return False
+    if isinstance(data, bytes):
+        return not any(odd in data for odd in _ODD_BYTES) and not any(odd.encode() in data for odd in also)
+    return not any(odd in data for odd in _ODD_CHARACTERS) and not any(odd in data for odd in also)
+
+
+class NumaMapsTotals(NamedTuple):
+    """The sums of one ``/proc/PID/numa_maps``, from one pass over it."""
+
+    per_node: Dict[int, int]
+    """Node -> bytes on it (``numastat -p``)."""
+    per_policy: Dict[str, int]
+    """Memory policy (``default``, ``prefer:1``, ``prefer (many):0-1``...) -> bytes under it."""
+    huge_per_node: Dict[int, int]
+    """Node -> bytes of hugetlb pages on it (the lines with a ``huge`` word); part of
+    :attr:`per_node`."""
+
+
 def parse_numa_maps(text: str) -> Dict[int, int]:
     """Sum pages per node over ``/proc/PID/numa_maps`` lines, weighted by page size.
 
     Returns node id -> bytes, as ``numastat -p`` does.
     """
-    return numa_maps_totals(text.encode("utf-8", "surrogatepass"))[0]
+    return numa_maps_totals(text.encode("utf-8", "surrogatepass")).per_node
 
 
-# Bytes that make ``split(b"\n")`` differ from ``str.splitlines()`` or ``split(b" ")`` from
-# ``str.split()``; text without them (what the kernel writes) takes the fast path.
-_NOT_PLAIN = (b"\t", b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
 _PAGE_SIZE_WORD = " kernelpagesize_kB="
 _PAGE_SIZE_BYTES = _PAGE_SIZE_WORD.encode()
 
@@ -246,32 +278,32 @@ _PAGE_SIZE_BYTES = _PAGE_SIZE_WORD.encode()
 _SPACED_MODES = ((b" prefer (many)", b" prefer\0(many)"), (b" weighted interleave", b" weighted\0interleave"))
 
 
-def numa_maps_totals(data: bytes) -> Tuple[Dict[int, int], Dict[str, int]]:
-    """Bytes per node and bytes per memory policy (``default``, ``prefer:1``,
-    ``prefer (many):0-1``...) of a ``numa_maps`` as read, in one pass: a large engine has a
-    million lines (80 MB), which is why this parser takes the file's bytes and decodes only
-    what it keeps."""
+def numa_maps_totals(data: bytes) -> NumaMapsTotals:
+    """Bytes per node, bytes per memory policy and hugetlb bytes per node of a
+    ``numa_maps`` as read, in one pass: a large engine has a million lines (80 MB), which is
+    why this parser takes the file's bytes and decodes only what it keeps."""
     data = data.replace(b"\0", b"")
     for spaced, joined in _SPACED_MODES:
         data = data.replace(spaced, joined)
-    per_node, per_policy = numa_maps_sums(data)
-    return per_node, {policy.replace("\0", " "): size for policy, size in per_policy.items()}
+    per_node, per_policy, huge_per_node = numa_maps_sums(data)
+    return NumaMapsTotals(per_node, {policy.replace("\0", " "): size for policy, size in per_policy.items()},
+                          huge_per_node)
 
 
-def numa_maps_sums(data: bytes) -> Tuple[Dict[int, int], Dict[str, int]]:
+def numa_maps_sums(data: bytes) -> NumaMapsTotals:
     """:func:`numa_maps_totals` of NUL-free bytes, policy names as the lines' second words."""
-    if not data.isascii() or any(odd in data for odd in _NOT_PLAIN):
+    if not is_plain(data, also="\t"):
         return _numa_maps_totals_of_text(data.decode("utf-8", "replace"))
     # The kernel's own layout, ``ADDR POLICY FLAGS... N0=3 N1=5 kernelpagesize_kB=4``: each
-    # line only files the text of its counts (``0=3 N1=5``) under its (policy, page size),
-    # and the counts are checked and summed once per distinct ``N`` word afterwards, which
-    # is what makes a million lines cheap. No flag word starts with ``N`` (the kernel
-    # escapes spaces in file names), so the first `` N`` starts the counts. ASCII only, so
-    # isdigit means 0-9. Lines without counts only name a policy; any other line takes the
-    # general path.
-    per_node: Dict[int, int] = {}
+    # line only files the text of its counts (``0=3 N1=5``) under its (policy, page size,
+    # whether a flag says ``huge``), and the counts are checked and summed once per distinct
+    # ``N`` word afterwards, which is what makes a million lines cheap. No flag word starts
+    # with ``N`` (the kernel escapes spaces in file names), so the first `` N`` starts the
+    # counts. ASCII only, so isdigit means 0-9. Lines without counts only name a policy; any
+    # other line takes the general path.
+    totals = NumaMapsTotals({}, {}, {})
     per_policy: Dict[bytes, int] = {}
-    counts_by: Dict[Tuple[bytes, bytes], List[bytes]] = {}
+    counts_by: Dict[Tuple[bytes, bytes, bool], List[bytes]] = {}
     other: List[bytes] = []
     for line in data.split(b"\n"):
         head, sep, tail = line.partition(b" N")
@@ -279,25 +311,26 @@ def numa_maps_sums(data: bytes) -> Tuple[Dict[int, int], Dict[str, int]]:
             counts, sep, size = tail.rpartition(_PAGE_SIZE_BYTES)
             words = head.split(None, 2)
             if sep and len(words) > 1 and not words[0].startswith(b"N"):  # a count, not an address
-                key = (words[1], size)
+                # hugetlb pages: few lines, so the words are split only when the text is there
+                key = (words[1], size, b"huge" in head and b"huge" in head.split())
                 found = counts_by.get(key)
                 if found is None:
                     counts_by[key] = [counts]
                 else:
                     found.append(counts)
                 continue
-        elif line[:1] != b"N":  # no pages on any node
+        elif not line.startswith(b"N"):  # no pages on any node
             words = line.split(None, 2)
             if len(words) > 1:
                 per_policy[words[1]] = per_policy.get(words[1], 0)
             continue
         other.append(line)
-    for (policy, size), found in counts_by.items():
-        if not _add_counts(b" N".join(found).split(b" N"), size, per_node, per_policy, policy):
+    for (policy, size, huge), found in counts_by.items():
+        if not _add_counts(b" N".join(found).split(b" N"), size, totals, per_policy, policy, huge):
             return _numa_maps_totals_by_line(data.decode("ascii"))  # a malformed count
-    totals = (per_node, {policy.decode("ascii"): size for policy, size in per_policy.items()})
+    totals.per_policy.update((policy.decode("ascii"), size) for policy, size in per_policy.items())
     for line in other:
-        _add_any_line(line.decode("ascii"), *totals)
+        _add_any_line(line.decode("ascii"), totals)
     return totals
 
 
@@ -306,8 +339,8 @@ def numa_maps_sums(data: bytes) -> Tuple[Dict[int, int], Dict[str, int]]:
 _COUNT_WORDS = rb"[0-9]{1,64}=[0-9]{1,64}(?: [0-9]{1,64}=[0-9]{1,64})*"
 
 
-def _add_counts(words: List[bytes], size: bytes, per_node: Dict[int, int],
-                per_policy: Dict[bytes, int], policy: bytes) -> bool:
+def _add_counts(words: List[bytes], size: bytes, totals: NumaMapsTotals,
+                per_policy: Dict[bytes, int], policy: bytes, huge: bool) -> bool:
     """Add ``N<node>=<pages>`` words (``N`` already split off) of one policy and page size;
     False, adding nothing, when any of them or the size is not exactly that."""
     tally = Counter(words)
@@ -318,47 +351,48 @@ def _add_counts(words: List[bytes], size: bytes, per_node: Dict[int, int],
     numbers = list(map(int, joined.replace(b"=", b" ").split(b" ")))
     page = int(size) * 1024
     total = per_policy.get(policy, 0)
+    per_node, huge_per_node = totals.per_node, totals.huge_per_node
     for node, value in zip(numbers[0::2], map(mul, numbers[1::2], tally.values())):
         per_node[node] = per_node.get(node, 0) + value * page
+        if huge:
+            huge_per_node[node] = huge_per_node.get(node, 0) + value * page
         total += value * page
     per_policy[policy] = total
     return True
 
 
-def _numa_maps_totals_of_text(text: str) -> Tuple[Dict[int, int], Dict[str, int]]:
-    per_node: Dict[int, int] = {}
-    per_policy: Dict[str, int] = {}
+def _numa_maps_totals_of_text(text: str) -> NumaMapsTotals:
+    totals = NumaMapsTotals({}, {}, {})
     for line in text.splitlines():
-        _add_any_line(line, per_node, per_policy)
-    return per_node, per_policy
+        _add_any_line(line, totals)
+    return totals
 
 
-def _numa_maps_totals_by_line(text: str) -> Tuple[Dict[int, int], Dict[str, int]]:
+def _numa_maps_totals_by_line(text: str) -> NumaMapsTotals:
     """:func:`numa_maps_totals` for plain text, line by line: what it falls back to when a
     count is malformed, so that only that line takes the general path."""
-    per_node: Dict[int, int] = {}
-    per_policy: Dict[str, int] = {}
+    totals = NumaMapsTotals({}, {}, {})
+    per_policy = totals.per_policy
     for line in text.split("\n"):
         head, sep, size = line.rpartition(_PAGE_SIZE_WORD)
         if not sep:
-            if " N" not in line and line.lstrip()[:1] != "N":  # no pages on any node
+            if " N" not in line and not line.lstrip().startswith("N"):  # no pages on any node
                 words = line.split(None, 2)
                 if len(words) > 1:
                     per_policy[words[1]] = per_policy.get(words[1], 0)
                 continue
-        elif size.isdigit() and len(size) <= 64 and _add_line_counts(head, int(size) * 1024, per_node,
-                                                                       per_policy):
+        elif size.isdigit() and len(size) <= 64 and _add_line_counts(head, int(size) * 1024, totals):
             continue
-        _add_any_line(line, per_node, per_policy)
-    return per_node, per_policy
+        _add_any_line(line, totals)
+    return totals
 
 
-def _add_line_counts(head: str, page: int, per_node: Dict[int, int], per_policy: Dict[str, int]) -> bool:
+def _add_line_counts(head: str, page: int, totals: NumaMapsTotals) -> bool:
     """Add ``ADDR POLICY ... N0=3 N1=5`` (the line before its page size); False when the
     counts are not exactly space-separated ``N<node>=<pages>`` words."""
     parts = head.split(" N")
     words = parts[0].split(None, 2)
-    if len(parts) < 2 or len(words) < 2 or words[0][0] == "N":
+    if len(parts) < 2 or len(words) < 2 or words[0].startswith("N"):
         return False
     counts = []
     for part in parts[1:]:
@@ -367,15 +401,11 @@ def _add_line_counts(head: str, page: int, per_node: Dict[int, int], per_policy:
                 and len(node_text) <= 64 and len(pages_text) <= 64):
             return False
         counts.append((int(node_text), int(pages_text) * page))
-    total = 0
-    for node, size in counts:
-        per_node[node] = per_node.get(node, 0) + size
-        total += size
-    per_policy[words[1]] = per_policy.get(words[1], 0) + total
+    _add_sums(totals, words[1], counts, "huge" in parts[0].split())
     return True
 
 
-def _add_any_line(line: str, per_node: Dict[int, int], per_policy: Dict[str, int]) -> None:
+def _add_any_line(line: str, totals: NumaMapsTotals) -> None:
     words = line.split()
     page = 4096
     counts: List[Tuple[int, int]] = []
@@ -388,12 +418,20 @@ def _add_any_line(line: str, per_node: Dict[int, int], per_policy: Dict[str, int
             size = word[18:]
             if _is_uint(size):
                 page = int(size) * 1024
-    total = 0
-    for node, pages in counts:
-        per_node[node] = per_node.get(node, 0) + pages * page
-        total += pages * page
-    if len(words) >= 2:
-        per_policy[words[1]] = per_policy.get(words[1], 0) + total
+    policy = words[1] if len(words) >= 2 else None  # without one, the pages count per node only
+    _add_sums(totals, policy, [(node, pages * page) for node, pages in counts], "huge" in words)
+
+
+def _add_sums(totals: NumaMapsTotals, policy: Optional[str], counts: List[Tuple[int, int]],
+              huge: bool) -> None:
+    """Add one line's (node, bytes) to the totals, under ``policy`` (unless None)."""
+    per_node, huge_per_node = totals.per_node, totals.huge_per_node
+    for node, size in counts:
+        per_node[node] = per_node.get(node, 0) + size
+        if huge:
+            huge_per_node[node] = huge_per_node.get(node, 0) + size
+    if policy is not None:
+        totals.per_policy[policy] = totals.per_policy.get(policy, 0) + sum(size for _, size in counts)
 
 
 def parse_mounts(text: str) -> List[Tuple[str, str, str, str]]:

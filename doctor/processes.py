@@ -1,4 +1,5 @@
-"""The process table, from ``/proc/PID/status`` and ``/proc/PID/stat`` through the root.
+"""The process table, from ``/proc/PID/status`` and ``/proc/PID/stat`` through the root, and
+the one reader of ``/proc/PID/numa_maps`` (:func:`read_numa_maps`).
 
 Reading procfs through the root (rather than asking the live kernel through a library)
 means a captured host replays its processes exactly, and a bundle records them.
@@ -7,16 +8,22 @@ means a captured host replays its processes exactly, and a bundle records them.
 import re
 from functools import lru_cache
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
+from weakref import WeakKeyDictionary
 
-from strata_doctor.parse import parse_cpulist, parse_int, parse_status
+from strata_doctor.parse import (
+    NumaMapsTotals,
+    is_plain,
+    numa_maps_totals,
+    parse_cpulist,
+    parse_int,
+    parse_status,
+)
 from strata_doctor.root import Root
 
 CLOCK_TICKS = 100  # USER_HZ on every mainstream architecture
 # The scan reads thousands of status files: pick out only the lines it uses. Text with
 # line breaks other than \n (or NULs) goes through parse_status, which they would change.
 _STATUS_KEYS = re.compile(r"\n[^\S\n]*(Name|PPid|Uid|HugetlbPages|Cpus_allowed_list)[^\S\n]*:(.*)")
-# Compiled on first use (re caches it): only non-ASCII status text needs it.
-_ODD_BREAKS = "[\0\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]"
 
 
 class ProcessInfo(NamedTuple):
@@ -98,12 +105,7 @@ def _kb_value(text: str) -> int:
 
 
 def _status_fields(text: str) -> Dict[str, str]:
-    if not text.isascii():
-        if re.search(_ODD_BREAKS, text):
-            return parse_status(text)
-    # The same test for ASCII text: a few `in` scans cost a fifth of the search.
-    elif ("\0" in text or "\r" in text or "\x0b" in text or "\x0c" in text or "\x1c" in text
-          or "\x1d" in text or "\x1e" in text):
+    if not is_plain(text, also="\0"):  # a name beyond ASCII, or line breaks other than \n
         return parse_status(text)
     # A leading "\n" lets the first line match too; the pattern's literal "\n" is fast.
     return {key: value.strip() for key, value in _STATUS_KEYS.findall("\n" + text)}
@@ -185,3 +187,20 @@ def _own_lineage(root: Root, processes: Sequence[ProcessInfo]) -> FrozenSet[int]
         pid = parents.get(pid, 0)
     return frozenset(lineage)
 
+
+
+# Root keeps each file's bytes; this keeps each numa_maps' one parse, so that the engine's
+# totals (engine.read_process) and its hugetlb pages as a holder (memory.read_hugepages)
+# come from the same pass over a file of up to a million lines.
+_NUMA_MAPS: "WeakKeyDictionary[Root, Dict[int, NumaMapsTotals]]" = WeakKeyDictionary()
+
+
+def read_numa_maps(root: Root, pid: int) -> NumaMapsTotals:
+    """``/proc/PID/numa_maps`` summed per node, per policy and, for hugetlb pages, per node;
+    parsed once per root and process. Empty sums when the file cannot be read (the reason
+    is in ``root.reads``)."""
+    parsed = _NUMA_MAPS.setdefault(root, {})
+    totals = parsed.get(pid)
+    if totals is None:
+        totals = parsed[pid] = numa_maps_totals(root.read_bytes(f"/proc/{pid}/numa_maps") or b"")
+    return totals

@@ -17,6 +17,7 @@ from strata_doctor.parse import (
     _numa_maps_totals_of_text,
     format_bytes,
     format_cpulist,
+    is_plain,
     numa_maps_sums,
     numa_maps_totals,
     parse_bracketed_choice,
@@ -434,12 +435,65 @@ numa_maps_text = st.lists(
 @settings(generated, max_examples=500)
 @given(text=numa_maps_text)
 def test_numa_maps_totals_agree_with_the_general_path(text: str) -> None:
+    # all three sums, the hugetlb pages per node too
     assert numa_maps_sums(text.encode()) == _numa_maps_totals_of_text(text)  # the per-line path
+
+
+@settings(generated, max_examples=300)
+@given(text=numa_maps_text)
+def test_hugetlb_sums_are_the_huge_lines_share_of_the_node_sums(text: str) -> None:
+    """The hugetlb bytes per node are exactly the node sums of the lines with a ``huge``
+    word, read alone; and part of the node sums of the whole file."""
+    totals = numa_maps_totals(text.encode())
+    huge_lines = "\n".join(line for line in text.splitlines() if "huge" in line.split())
+    assert totals.huge_per_node == numa_maps_totals(huge_lines.encode()).per_node
+    assert all(size <= totals.per_node[node] for node, size in totals.huge_per_node.items())
+
+
+def test_hugetlb_pages_per_node_of_kernel_lines() -> None:
+    totals = numa_maps_totals(
+        b"7f00 default anon=5 dirty=5 N0=2 N1=3 kernelpagesize_kB=4\n"
+        b"7f40 prefer:1 file=/dev/hugepages/experts huge dirty=24 N1=20 N0=4 kernelpagesize_kB=2048\n"
+        b"7f80 default huge anon=1 N0=1 kernelpagesize_kB=1048576\n"
+        b"7fc0 default file=/usr/lib/hugepage_helper.so N0=1 kernelpagesize_kB=4\n"  # not the word
+    )
+    assert totals.huge_per_node == {0: 4 * 2 * 1024**2 + GiB, 1: 20 * 2 * 1024**2}
+    assert totals.per_node == {0: 3 * 4096 + 4 * 2 * 1024**2 + GiB, 1: 3 * 4096 + 20 * 2 * 1024**2}
+
+
+ODD_TEXTS = ["a\rb", "a\x0bb", "a\x0cb", "a\x1cb", "a\x1db", "a\x1eb", "a\x1fb"]
+
+
+@pytest.mark.parametrize(("data", "also", "plain"), [
+    (b"7f00 default N0=1 kernelpagesize_kB=4\n", "", True),
+    ("model name\t: AMD EPYC\n", "", True),
+    ("model name\t: AMD EPYC\n", "\t", False),  # numa_maps' fast path splits on spaces
+    (b"Name:\tstrata\0", "\0", False),
+    ("Name:\tstrata\n", "\0", True),
+    ("\u00e9", "", False),  # beyond ASCII: \x85, \u2028 and \u2029 end lines too
+    *((odd, "", False) for odd in ODD_TEXTS),
+    *((odd.encode(), "", False) for odd in ODD_TEXTS),
+])
+def test_is_plain(data: str | bytes, also: str, plain: bool) -> None:
+    assert is_plain(data, also) is plain
+
+
+@settings(generated, max_examples=300)
+@given(text=st.text(alphabet=st.characters(max_codepoint=0x7f)))
+def test_plain_text_splits_as_the_fast_paths_split_it(text: str) -> None:
+    """What :func:`is_plain` lets through (tabs refused), ``split("\\n")`` and ``split(" ")``
+    cut where ``splitlines()`` and ``split()`` do."""
+    if is_plain(text, also="\t"):
+        lines = text.split("\n")
+        if not text or text.endswith("\n"):
+            lines.pop()
+        assert text.splitlines() == lines
+        assert text.split() == [word for line in lines for word in line.split(" ") if word]
 
 
 @pytest.mark.parametrize("odd", ["", "\t"])  # the fast path, and the general one
 def test_numa_maps_policies_whose_names_hold_a_space(odd: str) -> None:
-    per_node, per_policy = numa_maps_totals(
+    per_node, per_policy, _ = numa_maps_totals(
         b"7f00 prefer (many):0-1 anon=6 dirty=6 N0=2 N1=4 kernelpagesize_kB=4\n"
         b"7f20 weighted interleave:0-3 anon=4 N2=4 kernelpagesize_kB=4\n"
         b"7f40 prefer (many)=static:0-1 file=/usr/lib/libc.so.6\n" + odd.encode()
@@ -450,7 +504,7 @@ def test_numa_maps_policies_whose_names_hold_a_space(odd: str) -> None:
 
 
 def test_numa_maps_totals_of_kernel_lines() -> None:
-    per_node, per_policy = numa_maps_totals(
+    per_node, per_policy, huge_per_node = numa_maps_totals(
         b"7f00 prefer:1 anon=5 dirty=5 N0=2 N1=3 kernelpagesize_kB=4\n"
         b"7f20 prefer:1 file=/usr/lib/libc.so.6 mapped=3 mapmax=80 N1=3 kernelpagesize_kB=4\n"
         b"7f40 prefer:1 huge anon=24 dirty=24 N1=24 kernelpagesize_kB=2048\n"
@@ -459,6 +513,7 @@ def test_numa_maps_totals_of_kernel_lines() -> None:
     )
     assert per_node == {0: 3 * 4096, 1: 6 * 4096 + 24 * 2048 * 1024}
     assert per_policy == {"prefer:1": 8 * 4096 + 24 * 2048 * 1024, "default": 4096}
+    assert huge_per_node == {1: 24 * 2048 * 1024}
 
 
 def test_parse_mounts_decodes_octal_escapes() -> None:
@@ -562,7 +617,7 @@ def test_an_engine_under_preferred_many_follows_a_two_node_plan() -> None:
 
     assert _policy_nodes("bind=static:0-1") == _policy_nodes("weighted interleave:0-1") == frozenset({0, 1})
     line = b"7f00 prefer (many):0-1 anon=8 N0=1 N2=7 kernelpagesize_kB=4\n"
-    per_node, per_policy = numa_maps_totals(line * 3)
+    per_node, per_policy, _ = numa_maps_totals(line * 3)
     process = EngineProcess(4242, frozenset(range(8)), frozenset({0, 1}),
                             tuple(sorted(per_node.items())), tuple(sorted(per_policy.items())))
     plan = BindingPlan(frozenset({0, 1}), frozenset({0, 1}), frozenset(range(8)), "preferred-many", ())
