@@ -1,4 +1,4 @@
-"""The only writer: carries out a :class:`~strata_doctor.plan.Plan`, and undoes it.
+"""The only writer: carries out a :class:`~strata_doctor.plan.FixPlan`, and undoes it.
 
 Order of an apply, so that a kill between any two steps leaves a revertible tree:
 
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from strata_doctor.inroot import InRoot, split
-from strata_doctor.plan import Plan, PlannedFile
+from strata_doctor.plan import FixPlan, PlannedFile
 from strata_doctor.root import Root
 
 STATE_DIR = "/var/lib/strata-doctor"
@@ -445,7 +445,7 @@ def _finish_drop(tree: InRoot) -> None:
 
 
 # -- apply --------------------------------------------------------------------
-def apply_plan(root: Root, plan: Plan, lock: Optional[Lock] = None) -> ApplyReport:
+def apply_plan(root: Root, plan: FixPlan, lock: Optional[Lock] = None) -> ApplyReport:
     """Write the plan's changed files and take its runtime actions; roll back on failure.
 
     ``lock`` is the lock the plan was made under; without it the lock is taken here."""
@@ -459,7 +459,7 @@ def apply_plan(root: Root, plan: Plan, lock: Optional[Lock] = None) -> ApplyRepo
     return _apply_held(root, plan, lock)
 
 
-def _apply_held(root: Root, plan: Plan, lock: Lock) -> ApplyReport:
+def _apply_held(root: Root, plan: FixPlan, lock: Lock) -> ApplyReport:
     try:
         refuse_unfinished(lock)
         if plan.empty:
@@ -480,7 +480,7 @@ def drop_state_quietly(lock: Lock) -> None:
         drop_state_if_empty(lock)
 
 
-def _apply_locked(root: Root, plan: Plan, lock: Lock) -> ApplyReport:
+def _apply_locked(root: Root, plan: FixPlan, lock: Lock) -> ApplyReport:
     assert lock.tree is not None
     tree = lock.tree
     changes = plan.changes
@@ -672,7 +672,7 @@ def _host_temp(host_path: str) -> str:
     return f"{head}/.{name}{TEMP_SUFFIX}"
 
 
-def _run_actions(root: Root, tree: InRoot, plan: Plan, apply_fd: int,
+def _run_actions(root: Root, tree: InRoot, plan: FixPlan, apply_fd: int,
                  journal: Dict[str, Any]) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
     if not plan.actions:
         return (), ()

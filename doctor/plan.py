@@ -132,7 +132,7 @@ class PlannedAction:
 
 
 @dataclass(frozen=True)
-class Plan:
+class FixPlan:
     """Everything ``fix`` would do on one host."""
 
     root: str
@@ -175,7 +175,7 @@ class Plan:
 
 
 # -- building -----------------------------------------------------------------
-def build_plan(ctx: HostContext, results: Sequence[CheckResult], options: PlanOptions) -> Plan:
+def build_plan(ctx: HostContext, results: Sequence[CheckResult], options: PlanOptions) -> FixPlan:
     """Collect the fixes of ``results`` (plus the opt-in ones) and render them."""
     picked: List[Tuple[Finding, Fix]] = []
     notes: List[str] = []
@@ -202,7 +202,7 @@ def build_plan(ctx: HostContext, results: Sequence[CheckResult], options: PlanOp
     problems.extend(_unit_problems(ctx, files))
     notes.extend(_numactl_notes(ctx.root, files, problems))
     problems.extend(f"{f.path}: {f.blocked}" for f in files if f.blocked)
-    return Plan(
+    return FixPlan(
         root=str(ctx.root.base), unit=ctx.config.unit, answers=answers, files=tuple(files),
         actions=actions, manual=manual, problems=tuple(problems), notes=tuple(notes),
         live=ctx.root.live,
@@ -445,7 +445,7 @@ def _environment() -> Any:
 
 
 # -- output -------------------------------------------------------------------
-def plan_data(plan: Plan) -> Dict[str, Any]:
+def plan_data(plan: FixPlan) -> Dict[str, Any]:
     """The plan as plain data (``strata-doctor/fix-plan/v1``)."""
     return {
         "schema": PLAN_SCHEMA,
@@ -471,7 +471,7 @@ def plan_data(plan: Plan) -> Dict[str, Any]:
     }
 
 
-def plan_text(plan: Plan) -> str:
+def plan_text(plan: FixPlan) -> str:
     """The plan for people: answers, diffs, actions, manual steps, what it needs."""
     lines: List[str] = []
     if not plan.answers:
@@ -503,7 +503,7 @@ def plan_text(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _effect_lines(plan: Plan) -> List[str]:
+def _effect_lines(plan: FixPlan) -> List[str]:
     if plan.empty:
         if not plan.answers:
             return []
