@@ -92,9 +92,9 @@ def _fit_encoding(stream: Any) -> None:
 def _pipe_closed() -> bool:
     """Standard output (or error) was a pipe whose reader went away: click caught EPIPE and
     wrapped the streams, or the output still buffered cannot be written."""
-    from click.utils import PacifyFlushWrapper
-
-    if isinstance(sys.stdout, PacifyFlushWrapper) or isinstance(sys.stderr, PacifyFlushWrapper):
+    # Click 8.5 made the wrapper private (_PacifyFlushWrapper) and deprecates the old name:
+    # know it by name on every version rather than import it.
+    if any(type(stream).__name__.lstrip("_") == "PacifyFlushWrapper" for stream in (sys.stdout, sys.stderr)):
         return True
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -35,7 +35,7 @@ def map_command(fmt: str, **kwargs: Any) -> None:
     elif fmt == "mermaid":
         click.echo(render_map.to_mermaid(host), nl=False)
     else:
-        stream = click.get_text_stream("stdout") if sys.stdout is None else sys.stdout
+        stream = sys.stdout if sys.stdout is not None else sys.__stdout__
         ascii_only = not render_map.encodable(getattr(stream, "encoding", None))
         click.echo(render_map.to_text(host, ascii_only), nl=False)
 
