@@ -230,12 +230,14 @@ def test_report_has_the_same_picture() -> None:
     check_mermaid(block)
 
 
-def test_report_without_a_plan_still_renders(tmp_path: Path) -> None:
-    """numa: 7 on a two-node host: check reports it; the report leaves the diagram out."""
-    root = write_tree(tmp_path / "host", {**two_node_files(), "/etc/strata-doctor.yaml": "numa: 7\n"})
+def test_report_with_numa_off_draws_no_plan(tmp_path: Path) -> None:
+    """numa: off: the report's diagram has the nodes and the GPU, and no plan arrow."""
+    root = write_tree(tmp_path / "host", {**two_node_files(), "/etc/strata-doctor.yaml": "numa: \"off\"\n"})
     result = run_cli(["report", "--root", str(root)])
     assert result.exit_code == 0, result.stderr
-    assert "```mermaid" not in result.stdout
+    block = result.stdout.split("```mermaid\n", 1)[1].split("```\n", 1)[0]
+    check_mermaid(block)
+    assert "gpu_0000_81_00_0 --- node1" in block and "==>" not in block
 
 
 def test_a_bundle_replays_the_same_picture(tmp_path: Path) -> None:
@@ -268,6 +270,10 @@ def test_real_hosts(corpus: Corpus, name: str) -> None:
     root = str(corpus.root(name))
     args = ["map", "--root", root, "--arena", "46.84GiB", "--kv", "3.09GiB"]
     text = run_cli(args)
+    if text.exit_code == 2:  # a snapshot that is no host: map refuses it as check does
+        check = run_cli(["check", "--root", root])
+        assert (check.exit_code, check.stderr) == (2, text.stderr)
+        return
     assert text.exit_code == 0, text.stderr
     boxed = [line for line in text.stdout.splitlines() if line[:1] in ("┌", "│", "└")]
     assert len({len(line) for line in boxed}) <= 1, text.stdout
