@@ -623,7 +623,26 @@ def _write_files(root: Root, tree: InRoot, changes: Tuple[PlannedFile, ...],
 
 def atomic_write(root: Root, host_path: str, data: bytes, mode: int,
                  owner: Optional[Tuple[int, int]] = None) -> None:
-    """Replace a file inside the root: temp file in the same folder, fsync, rename, fsync the folder."""
+    """Replace a file inside the root: temp file in the same folder, fsync, rename, fsync the folder.
+
+    The other atomic writer, :func:`strata_doctor.output.write_bytes`, writes the files a
+    user names (``--output``, ``--bundle``). They share the method (a temporary file beside
+    the target, fsync, rename over it; a link or a non-regular file at the target refused)
+    but not the code, because three things must differ:
+
+    - Links. Here the folders of ``host_path`` are resolved inside the captured root
+      (:class:`~strata_doctor.inroot.InRoot`: a link to ``/etc`` is ``ROOT/etc``, ``..``
+      stops at the root) and the file is written by name relative to that folder's fd
+      with ``O_NOFOLLOW``: a host tree comes from another machine and its links must
+      never lead out of it. A user's output path is resolved by the kernel as typed:
+      links in its folders are the user's own choice.
+    - The temporary name. Here it is fixed (``.NAME`` + ``TEMP_SUFFIX``) and recorded in
+      the journal before it is written, so that a revert after a kill finds and removes it;
+      there it is random (``mkstemp``), as the folder may be a shared one such as /tmp.
+    - What a step is. Here each step is a :func:`checkpoint` that the interruption tests
+      stop at, the owner is set and the folder is fsynced, and a failure is an
+      :class:`ApplyError` of the fix; there a failure is an ``OutputError``, exit 2.
+    """
     with InRoot(root.base) as tree:
         _atomic_write(tree, host_path, data, mode, owner, host_path)
 

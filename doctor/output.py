@@ -79,6 +79,14 @@ def write_bytes(path: str, data: bytes, mode: Optional[int] = None) -> int:
     ``-`` writes to standard output. Otherwise the file is replaced atomically; it gets
     ``mode`` when given, else the mode of the file it replaces, else what ``open`` would
     give (0666 less the umask).
+
+    ``fix --apply`` writes host files with the other atomic writer,
+    :func:`strata_doctor.apply.atomic_write`: the same method, but a path inside a captured
+    root, whose folders are resolved inside that root (a link never leads out of it), and
+    a fixed temporary name that its journal records for a revert after a kill. Here the path
+    is the user's own, its folders are resolved by the kernel as typed (links in them are
+    the user's choice; only a link at the file itself is refused), and the temporary name
+    is random, as the folder may be shared (/tmp). Its docstring lists the differences.
     """
     check_path(path)
     if is_stdout(path):
