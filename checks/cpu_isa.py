@@ -1,16 +1,20 @@
-"""cpu-isa: which instruction sets the CPU expert kernels can use."""
+"""cpu-isa: which instruction sets the CPU expert kernels can use, and which the kernel withholds."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, List, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
+from strata_doctor.facts import XCOMP_AMX, XCOMP_AVX512, model_isa
 from strata_doctor.model import Evidence, Finding, Severity
+
+XCOMP = "arch_prctl-xcomp"
 
 
 class CpuIsa(Check):
-    """Reports the CPU's ISA extensions that the expert kernels use.
+    """Reports the CPU's ISA extensions that the expert kernels use, and those the CPU has
+    but the kernel will not give.
 
     Reads ``flags`` from ``/proc/cpuinfo``. The CPU pool computes most routed experts
     (58-84% on the seed box), so its instruction set bounds decode speed: the seed's
@@ -18,6 +22,15 @@ class CpuIsa(Check):
     because it is bound by AVX2 compute. AVX-512 (avx512f), BF16 (avx512_bf16) and AMX
     (amx_tile) give faster kernels. A CPU without AVX2 is a warning: the engine falls back
     to slow scalar kernels.
+
+    AMX needs more than the flag: Linux 5.16 or later, and a process must ask for the tile
+    state with ``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`` before its first tile
+    instruction. On a live x86-64 host strata-doctor makes that call itself (through Root, so
+    a bundle records the answer as ``arch_prctl-xcomp`` and a replay reads it); on a captured
+    host without that record the kernel release decides. A CPU model known to have AVX-512 or
+    AMX (Skylake-SP to Granite Rapids, Zen 4 and 5) whose flags lack them, because of a boot
+    option (``clearcpuid=``, ``noxsave``), an old kernel or a hypervisor that masks them, is a
+    warning too: the engine then runs the slower kernels.
     """
 
     id = "cpu-isa"
@@ -25,9 +38,26 @@ class CpuIsa(Check):
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         cpu = ctx.cpu
-        isa = cpu.expert_isa
         model = cpu.model or "unknown CPU"
-        evidence = (Evidence("/proc/cpuinfo", f"model name: {model}; expert ISA: {' '.join(isa) or 'none'}"),)
+        withheld, evidence_more = _withheld(ctx)
+        hidden = tuple("amx" if w == "amx_tile" else "avx512" for w, _ in withheld)
+        isa = tuple(i for i in cpu.expert_isa if not i.startswith(hidden or ("-",)))
+        evidence = (Evidence("/proc/cpuinfo", f"model name: {model}; expert ISA: "
+                             f"{' '.join(cpu.expert_isa) or 'none'}"), *evidence_more)
+        for feature, why in withheld:
+            yield self.finding(
+                "kernel-withholds", Severity.WARNING,
+                f"{model} has {feature.upper().replace('_TILE', '').replace('512F', '-512')} but the "
+                f"kernel will not give it: {why}",
+                detail="The expert kernels pick their code path by what the kernel lets a process use; "
+                "what it withholds runs as the next slower path. "
+                + ("AMX needs Linux 5.16 or later (ARCH_REQ_XCOMP_PERM); upgrade the kernel (Ubuntu "
+                   "22.04's HWE kernel is 6.x) or use a distribution kernel that backports it."
+                   if feature == "amx_tile" else
+                   "Remove the boot option that hides it, or let the hypervisor pass it through "
+                   "(host CPU model or `host-passthrough`)."),
+                evidence=evidence,
+            )
         if not cpu.flags:
             yield self.finding(
                 "unknown", Severity.INFO, "/proc/cpuinfo lists no CPU flags", evidence=evidence
@@ -46,3 +76,48 @@ class CpuIsa(Check):
                 f"{model}: expert kernels can use {', '.join(i.upper() for i in isa)}{note}",
                 evidence=evidence,
             )
+
+
+def _withheld(ctx: HostContext) -> Tuple[List[Tuple[str, str]], List[Evidence]]:
+    """(feature, why) for AVX-512 and AMX that the CPU has and the kernel withholds."""
+    cpu = ctx.cpu
+    known = model_isa(cpu.vendor_family_model)
+    has = set(known[1]) if known else set()
+    has |= {f for f in ("avx512f", "amx_tile") if f in cpu.flags}
+    if not has:
+        return [], []  # nothing to withhold: the kernel is not asked
+    kernel = ctx.kernel_isa
+    release = kernel.release or "unknown"
+    evidence: List[Evidence] = []
+    if kernel.release:
+        evidence.append(Evidence("/proc/sys/kernel/osrelease", release))
+    if kernel.amx_request is not None or kernel.xcomp_supported is not None:
+        mask = f"{kernel.xcomp_supported:#x}" if kernel.xcomp_supported is not None else "refused"
+        evidence.append(Evidence(XCOMP, f"ARCH_GET_XCOMP_SUPP {mask}; ARCH_REQ_XCOMP_PERM XTILEDATA "
+                                 f"{kernel.amx_request or 'not asked'}"))
+    if kernel.hidden_by_cmdline:
+        evidence.append(Evidence("/proc/cmdline", " ".join(kernel.hidden_by_cmdline)))
+    name = f" ({known[0]})" if known else ""
+    found: List[Tuple[str, str]] = []
+    if "avx512f" in has:
+        if kernel.xcomp_supported is not None and kernel.xcomp_supported & XCOMP_AVX512 != XCOMP_AVX512:
+            found.append(("avx512f", f"the kernel enables no AVX-512 state (XSAVE components "
+                                     f"{kernel.xcomp_supported:#x} lack 5-7)"))
+        elif "avx512f" not in cpu.flags:
+            found.append(("avx512f", f"this CPU model{name} has it, but /proc/cpuinfo does not list avx512f"
+                          + (f" (the kernel boots with {' '.join(kernel.hidden_by_cmdline)})"
+                             if kernel.hidden_by_cmdline else " (a boot option or the hypervisor hides it)")))
+    if "amx_tile" in has:
+        if kernel.amx_request is not None and kernel.amx_request != "ok":
+            found.append(("amx_tile", f"arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) failed with "
+                                      f"{kernel.amx_request} on Linux {release}"))
+        elif kernel.amx_request is None and kernel.before(5, 16) and not kernel.amx_backported:
+            found.append(("amx_tile", f"Linux {release} is older than 5.16, the first with AMX "
+                                      "(arch_prctl ARCH_REQ_XCOMP_PERM)"))
+        elif kernel.amx_request == "ok" and kernel.xcomp_supported is not None and \
+                kernel.xcomp_supported & XCOMP_AMX != XCOMP_AMX:
+            found.append(("amx_tile", "the kernel grants no AMX tile state"))
+        elif kernel.amx_request is None and "amx_tile" not in cpu.flags:
+            found.append(("amx_tile", f"this CPU model{name} has it, but /proc/cpuinfo does not list "
+                          "amx_tile (a boot option or the hypervisor hides it)"))
+    return found, evidence

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence, Tuple
 
-from strata_doctor.check import Check
+from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
+from strata_doctor.facts import NVIDIA_SMI_Q
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.parse import format_cpulist
 
@@ -19,17 +20,44 @@ class GpuPlacementCheck(Check):
     ``vendor``, ``device``, ``numa_node``, ``local_cpulist``, ``boot_vga`` and ``resource``.
     With several GPUs the compute GPU is the one named by ``--gpu`` (or ``gpu:`` in the
     config), else the one that is not the boot display (the seed box's GT 710 drives the
-    desktop while the GTX 1080 Ti computes), else the one with the largest memory BAR.
+    desktop while the GTX 1080 Ti computes), else the one with the largest memory BAR (from
+    ``resource``; without that file, the first by PCI address, and the reason says so).
+    A BMC's display chip (ASPEED 1a03, Matrox 102b, Cirrus 1013) or a hypervisor's emulated
+    one (virtio-gpu 1af4:1050, bochs 1234:1111, VMware 15ad, QXL 1b36) is never the compute
+    GPU unless ``--gpu`` or the config names it: a server whose only display function is its
+    BMC's VGA has no compute GPU, and the checks that need one skip with that reason.
+    The class comes from ``modalias`` when the ``class`` file is missing.
+
     A ``numa_node`` of -1 (no firmware locality, common in VMs) falls back to the node
     whose CPUs match ``local_cpulist``; a ``numa_node`` that contradicts
-    ``local_cpulist`` is a warning, since one of the two is wrong.
+    ``local_cpulist``, or a ``local_cpulist`` that contradicts the ``local_cpus`` bitmap,
+    is a warning, since one of the two is wrong. With ``nvidia-smi -q`` captured, a compute
+    GPU with persistence mode off is info: each CUDA start then initialises the GPU again,
+    which takes seconds.
     """
 
     id = "gpu-placement"
     title = "GPU placement"
 
+    def commands(self, ctx: HostContext) -> Sequence[Command]:
+        gpu = ctx.placement.gpu if ctx.placement else None
+        return (NVIDIA_SMI_Q,) if gpu is not None and gpu.vendor == 0x10DE else ()
+
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         placement = ctx.placement
+        if placement is None and ctx.gpus:
+            chips = ctx.gpus
+            yield self.finding(
+                "no-compute-gpu", Severity.WARNING,
+                ctx.compute_gpu[1],
+                detail="A server's BMC and a hypervisor give the host a display chip for the "
+                "console; it has no memory or compute for the expert cache. The checks that need "
+                "a compute GPU skip; pass `--gpu ADDRESS` (or `gpu:` in the config) if one of these "
+                "is the GPU the engine uses.",
+                evidence=tuple(Evidence(f"{PCI}/{g.address}/vendor,device,class",
+                                        f"{g.ids} class {g.pci_class:06x}") for g in chips),
+            )
+            return
         if placement is None:
             yield self.finding(
                 "no-gpu", Severity.WARNING,
@@ -41,12 +69,14 @@ class GpuPlacementCheck(Check):
             return
         gpu = placement.gpu
         base = f"{PCI}/{gpu.address}"
-        evidence = (
+        evidence: Tuple[Evidence, ...] = (
             Evidence(f"{base}/vendor,device", gpu.ids),
             Evidence(f"{base}/numa_node", str(gpu.numa_node_raw)),
             Evidence(f"{base}/local_cpulist", format_cpulist(gpu.local_cpus) or "(empty)"),
             Evidence(f"{base}/boot_vga", "-" if gpu.boot_vga is None else str(int(gpu.boot_vga))),
         )
+        if gpu.class_source == "modalias":
+            evidence += (Evidence(f"{base}/modalias", f"class {gpu.pci_class:06x} (no class file)"),)
         others = [g.address for g in ctx.gpus if g.address != gpu.address]
         detail = f"Chosen as {placement.choice_reason}."
         if others:
@@ -77,6 +107,27 @@ class GpuPlacementCheck(Check):
                 "placed", Severity.OK,
                 f"compute GPU {name} on node {placement.node} (from {how})",
                 detail=detail, evidence=evidence,
+            )
+        if gpu.local_cpus_conflict:
+            yield self.finding(
+                "local-cpus-contradiction", Severity.WARNING,
+                f"{gpu.address}: {gpu.local_cpus_conflict}",
+                detail="The kernel writes both from the same mask; when they disagree the capture "
+                "was edited or the files come from different boots. strata-doctor trusts "
+                "local_cpulist.",
+                evidence=(Evidence(f"{base}/local_cpulist", format_cpulist(gpu.local_cpus) or "(empty)"),
+                          Evidence(f"{base}/local_cpus", gpu.local_cpus_conflict.rpartition(" is ")[2])),
+            )
+        state = ctx.smi_states.get(gpu.address) if gpu.vendor == 0x10DE else None
+        if state is not None and state.persistence is False:
+            yield self.finding(
+                "persistence-off", Severity.INFO,
+                f"{gpu.address}: persistence mode is off; every CUDA start initialises the GPU "
+                "again, which takes seconds",
+                detail="Without a client the driver tears the GPU's state down; the engine's next "
+                "start (and each restart) pays the initialisation again. Turn it on with "
+                "`nvidia-smi -pm 1`, or at boot with `systemctl enable --now nvidia-persistenced`.",
+                evidence=(Evidence(NVIDIA_SMI_Q.key, "Persistence Mode : Disabled"),),
             )
         if placement.contradiction:
             yield self.finding(

@@ -45,6 +45,8 @@ class NumaBinding(Check):
     def applies(self, ctx: HostContext) -> Optional[str]:
         if ctx.config.numa == "off":
             return "numa: off in the config"
+        if ctx.placement is None and not ctx.config.numa.isdigit():
+            return ctx.compute_gpu[1]  # no compute GPU: no node to bind to, unless `numa: N`
         return None
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:

@@ -1,31 +1,45 @@
-"""pcie-link: is the compute GPU's PCIe link as wide and fast as it can be?"""
+"""pcie-link: is the compute GPU's PCIe link, up to its root port, as wide and fast as it can be?"""
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional, Sequence
 
-from strata_doctor.check import Check
+from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
+from strata_doctor.facts import NVIDIA_SMI_QUERY, PCIE_GENERATIONS, Gpu
 from strata_doctor.model import Evidence, Finding, Severity
+
+PCI = "/sys/bus/pci/devices"
 
 
 class PcieLinkCheck(Check):
-    """Compares the compute GPU's PCIe link with its maximum.
+    """Compares the compute GPU's PCIe link, and every link above it, with its maximum.
 
     Reads ``current_link_width``, ``max_link_width``, ``current_link_speed`` and
-    ``max_link_speed`` of the GPU's PCI function. A narrower link than the card supports
-    (x8 in an x16 card, a riser, a slot wired x4) is a warning: it cuts expert uploads.
-    A lower speed is only info, because GPUs drop the link to 2.5 GT/s when idle and
-    raise it under load. The seed box's link (Gen3 x16, 11.6-11.9 GB/s) carried only
-    200-257 MB/s during prompts, so the link is rarely the limiter for this engine.
+    ``max_link_speed`` of the GPU's PCI function and of each bridge on its path to the root
+    port (a PCIe switch's ports, the root port), from the device's folder under
+    ``/sys/devices``. The path carries what its slowest link carries: an x16 GPU behind a
+    switch whose uplink trained at x8 moves x8. When ``nvidia-smi --query-gpu`` is captured,
+    its ``pcie.link.gen.current/max`` and ``pcie.link.width.current/max`` are preferred for
+    the GPU's own link (the driver's view).
+
+    A narrower link than the card supports (x8 in an x16 card, a riser, a slot wired x4), or
+    a narrower link above it, is a warning: it cuts expert uploads. A lower speed is only
+    info, because an idle GPU trains its link down (to 2.5 GT/s, Gen1) and raises it under
+    load. The seed box's link (Gen3 x16, 11.6-11.9 GB/s) carried only 200-257 MB/s during
+    prompts, so the link is rarely the limiter for this engine.
     """
 
     id = "pcie-link"
     title = "GPU PCIe link"
 
+    def commands(self, ctx: HostContext) -> Sequence[Command]:
+        gpu = ctx.placement.gpu if ctx.placement else None
+        return (NVIDIA_SMI_QUERY,) if gpu is not None and gpu.vendor == 0x10DE else ()
+
     def applies(self, ctx: HostContext) -> Optional[str]:
         if ctx.placement is None:
-            return "no GPU found"
+            return ctx.compute_gpu[1]
         if not ctx.placement.gpu.link.known:
             return "the kernel reports no PCIe link for the GPU (virtual or integrated device)"
         return None
@@ -34,25 +48,89 @@ class PcieLinkCheck(Check):
         assert ctx.placement is not None
         gpu = ctx.placement.gpu
         link = gpu.link
-        base = f"/sys/bus/pci/devices/{gpu.address}"
-        evidence = (
+        base = f"{PCI}/{gpu.address}"
+        evidence: List[Evidence] = [
             Evidence(f"{base}/current_link_width", f"{link.current_width} (max {link.max_width})"),
             Evidence(f"{base}/current_link_speed", f"{link.current_speed} (max {link.max_speed})"),
-        )
-        now = f"{link.current_speed} x{link.current_width}"
-        best = f"{link.max_speed} x{link.max_width}"
-        if link.current_width and link.max_width and link.current_width < link.max_width:
+        ]
+        evidence += [Evidence(f"{PCI}/{hop.address}/current_link_width,current_link_speed",
+                              f"x{hop.link.current_width} at {hop.link.current_speed} (upstream)")
+                     for hop in gpu.path if hop.link.known]
+        smi = ctx.smi_states.get(gpu.address)
+        if smi is not None and smi.link_known:
+            evidence.append(Evidence(NVIDIA_SMI_QUERY.key, f"Gen{smi.gen_current} x{smi.width_current} "
+                                     f"(max Gen{smi.gen_max} x{smi.width_max})"))
+            width_now, width_max = smi.width_current, smi.width_max
+            now, best = f"Gen{smi.gen_current} x{width_now}", f"Gen{smi.gen_max} x{width_max}"
+            slower = (smi.gen_current or 0) < (smi.gen_max or 0)
+            source = "nvidia-smi"
+            gts = {gen: rate for rate, gen in PCIE_GENERATIONS.items()}.get(smi.gen_current or 0)
+            hop = gpu.path_limit(width_now, gts)
+        else:
+            width_now, width_max = link.current_width, link.max_width
+            now = f"{link.current_speed} x{width_now}"
+            best = f"{link.max_speed} x{width_max}"
+            slower = bool(link.current_speed and link.max_speed and link.current_gts != link.max_gts)
+            source = "sysfs"
+            hop = gpu.path_minimum
+        path_note = _path_note(gpu)
+        if width_now and width_max and width_now < width_max:
             yield self.finding(
                 "narrow", Severity.WARNING,
-                f"{gpu.address} runs at x{link.current_width} of x{link.max_width}",
-                detail="Check the slot wiring, risers and BIOS bifurcation settings.",
-                evidence=evidence,
+                f"{gpu.address} runs at x{width_now} of x{width_max} ({source})",
+                detail="Check the slot wiring, risers and BIOS bifurcation settings." + path_note,
+                evidence=tuple(evidence),
             )
-        elif link.current_speed and link.max_speed and link.current_speed != link.max_speed:
+        elif hop is not None and hop[1] == "width":
+            limit = hop[0]
+            yield self.finding(
+                "narrow-path", Severity.WARNING,
+                f"{gpu.address} runs at x{width_now}, but {limit.address} on its path to the root "
+                f"port runs at x{limit.link.current_width}: the GPU gets x{limit.link.current_width}",
+                detail="A PCIe switch's uplink or a root port trained narrower than the GPU's own "
+                "link; check the switch's slot, its riser and the BIOS bifurcation settings." + path_note,
+                evidence=tuple(evidence),
+            )
+        elif slower:
             yield self.finding(
                 "idle-speed", Severity.INFO,
-                f"{gpu.address} link at {now} (max {best}); GPUs lower the speed when idle",
-                evidence=evidence,
+                f"{gpu.address} link at {now} (max {best}, {source}); an idle GPU trains its link "
+                "down and raises it under load",
+                detail="Read it again while the engine computes; a link that stays below its "
+                "maximum under load points at the slot or the BIOS." + path_note,
+                evidence=tuple(evidence),
+            )
+        elif hop is not None:
+            limit = hop[0]
+            yield self.finding(
+                "slow-path", Severity.WARNING,
+                f"{gpu.address} runs at {now}, but {limit.address} on its path to the root port "
+                f"runs at {limit.link.current_speed}: the GPU gets {_gen(limit.link.current_gts)}",
+                detail="A PCIe switch or root port above the GPU trained slower than the GPU; "
+                "check the BIOS's PCIe speed setting for that slot." + path_note,
+                evidence=tuple(evidence),
             )
         else:
-            yield self.finding("full", Severity.OK, f"{gpu.address} link at {now}", evidence=evidence)
+            yield self.finding("full", Severity.OK, f"{gpu.address} link at {now}{_path_short(gpu)}",
+                               evidence=tuple(evidence))
+
+
+def _gen(gts: Optional[float]) -> str:
+    generation = PCIE_GENERATIONS.get(gts or 0.0)
+    return f"Gen{generation} ({gts:g} GT/s)" if generation and gts else "less"
+
+
+def _path_note(gpu: Gpu) -> str:
+    hops = [h for h in gpu.path if h.link.known]
+    if not hops:
+        return ""
+    text = ", ".join(f"{h.address} x{h.link.current_width} {h.link.current_speed}" for h in hops)
+    return f" Path to the root port: {text}."
+
+
+def _path_short(gpu: Gpu) -> str:
+    hops = [h for h in gpu.path if h.link.known]
+    if not hops:
+        return ""
+    return f", and no link up to the root port {hops[-1].address} is narrower or slower"
+

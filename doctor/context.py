@@ -19,11 +19,15 @@ from strata_doctor.engine import (
 from strata_doctor.facts import (
     CpuFacts,
     Gpu,
+    KernelIsa,
     NumaFacts,
+    SmiGpuState,
     normalize_address,
     read_cpu,
     read_gpus,
+    read_kernel_isa,
     read_numa,
+    read_smi_states,
 )
 from strata_doctor.facts_cgroup import EngineLimits, read_engine_limits
 from strata_doctor.facts_cpu_policy import (
@@ -94,9 +98,16 @@ class HostContext:
         return read_gpus(self.root)
 
     @cached_property
+    def compute_gpu(self) -> Tuple[Optional[Gpu], str]:
+        """(the compute GPU, why it was chosen), or (None, why there is none): a BMC's or a
+        hypervisor's display chip is never taken unless ``--gpu`` or the config names it."""
+        return choose_compute_gpu(self.gpus, self.gpu_choice)
+
+    @cached_property
     def placement(self) -> Optional[GpuPlacement]:
-        """The compute GPU and its node; None when the host has no GPU."""
-        gpu, reason = choose_compute_gpu(self.gpus, self.gpu_choice)
+        """The compute GPU and its node; None when the host has no compute GPU (the reason
+        is :attr:`compute_gpu`'s)."""
+        gpu, reason = self.compute_gpu
         if gpu is None:
             return None
         node, source, contradiction = place_gpu(gpu, self.numa)
@@ -305,6 +316,19 @@ class HostContext:
         """The ``hypervisor`` flag and ``systemd-detect-virt --vm``."""
         return read_virtualization(self.root, self.cpu.flags)
 
+    # -- GPUs as nvidia-smi sees them, and the ISA the kernel gives ----------------------------
+    @cached_property
+    def smi_states(self) -> Dict[str, SmiGpuState]:
+        """nvidia-smi's PCIe link and persistence mode of each NVIDIA GPU, by PCI address
+        (from its captured or live output); empty without nvidia-smi."""
+        return read_smi_states(self.root)
+
+    @cached_property
+    def kernel_isa(self) -> KernelIsa:
+        """What the kernel lets a process use: release, arch_prctl's AMX answer (asked on a
+        live host, replayed from a capture), boot options that hide vector state."""
+        return read_kernel_isa(self.root)
+
 
 class GpuChoiceError(Exception):
     """``--gpu`` names no display-class function on this host."""
@@ -325,15 +349,33 @@ def choose_compute_gpu(
         )
     if not gpus:
         return None, "no display-class PCI function found"
-    if len(gpus) == 1:
-        return gpus[0], "the only GPU"
-    headless = [g for g in gpus if not g.boot_vga]
-    if len(headless) == 1:
-        display = next(g.address for g in gpus if g.boot_vga)
-        return headless[0], f"the GPU that is not the boot display ({display} drives the console)"
-    pool = headless or list(gpus)
-    best = max(pool, key=lambda g: (g.largest_bar, g.vendor == 0x10DE, [-ord(c) for c in g.address]))
-    return best, f"the largest memory BAR ({best.largest_bar // 2**20} MiB) among {len(pool)} GPUs"
+    candidates = [g for g in gpus if g.management is None]
+    if not candidates:
+        chips = "; ".join(f"{g.address} ({g.vendor_name} {g.ids}) is {g.management}" for g in gpus)
+        return None, f"no compute GPU: {chips}, never a compute GPU unless --gpu names it"
+    left_out = [g for g in gpus if g.management is not None]
+    aside = ("; " + ", ".join(f"{g.address} is {g.management}" for g in left_out)) if left_out else ""
+    if len(candidates) == 1:
+        return candidates[0], ("the only GPU" if not left_out else "the only GPU that is not a "
+                               "management or emulated display") + aside
+    headless = [g for g in candidates if not g.boot_vga]
+    if len(headless) == 1 and len(candidates) > 1:
+        display = next(g.address for g in candidates if g.boot_vga)
+        return headless[0], f"the GPU that is not the boot display ({display} drives the console)" + aside
+    pool = headless or candidates
+    if any(g.has_resource for g in pool):
+        best = max(pool, key=lambda g: (g.largest_bar, g.vendor == 0x10DE, [-ord(c) for c in g.address]))
+        ties = [g for g in pool if g.largest_bar == best.largest_bar]
+        if len(ties) == 1:
+            return best, (f"the largest memory BAR ({best.largest_bar // 2**20} MiB) among {len(pool)} "
+                          "GPUs") + aside
+        return best, (f"the first by PCI address of {len(ties)} GPUs with the same largest memory BAR "
+                      f"({best.largest_bar // 2**20} MiB); pass --gpu to choose another") + aside
+    nvidia = [g for g in pool if g.vendor == 0x10DE]
+    first = min(nvidia or pool, key=lambda g: g.address)
+    kind = "NVIDIA GPUs" if nvidia and len(nvidia) < len(pool) else "GPUs"
+    return first, (f"the first by PCI address of {len(nvidia or pool)} {kind} (no resource file "
+                   "gives their memory BARs); pass --gpu to choose another") + aside
 
 
 def place_gpu(gpu: Gpu, numa: NumaFacts) -> Tuple[Optional[int], str, Optional[str]]:

@@ -12,7 +12,6 @@ from strata_doctor.parse import (
     MAX_CPU,
     cpumap_beyond_limit,
     format_cpulist,
-    is_plain,
     parse_cpuinfo,
     parse_cpulist,
     parse_cpumap,
@@ -20,7 +19,7 @@ from strata_doctor.parse import (
     parse_int,
     parse_meminfo,
 )
-from strata_doctor.root import Root
+from strata_doctor.root import Command, Root
 
 NODE_DIR = "/sys/devices/system/node"
 CPU_DIR = "/sys/devices/system/cpu"
@@ -119,6 +118,14 @@ def read_numa(root: Root) -> NumaFacts:
     )
     if not online:
         online = frozenset().union(*(cpus for _, cpus, _, _, _ in raw)) - offline
+    if root.read(f"{CPU_DIR}/online") is None:
+        # Old or trimmed sysfs without cpu/online: each cpuN/online still says 0 for an
+        # offline CPU (lstopo drops those); a CPU without the file (cpu0) is online.
+        per_cpu = _per_cpu_online(root)
+        if per_cpu is not None:
+            present, down = per_cpu
+            offline = offline | down
+            online = (online or present) - offline
     if not online:
         # Old or trimmed sysfs without cpu/online: the cpuN folders still list the CPUs.
         online = frozenset(
@@ -142,6 +149,14 @@ def read_numa(root: Root) -> NumaFacts:
     quirks.extend(_symmetry_quirks(nodes))
     quirks.extend(_overlap_quirks(nodes))
     return NumaFacts(tuple(nodes), online, offline, tuple(quirks))
+
+
+def _per_cpu_online(root: Root) -> Optional[Tuple[FrozenSet[int], FrozenSet[int]]]:
+    """(every cpuN folder, those whose ``cpuN/online`` reads 0); None when no CPU is offline
+    that way, so that the common tree is read as before."""
+    cpus = [int(name[3:]) for name in root.listdir(CPU_DIR) if name.startswith("cpu") and name[3:].isdigit()]
+    down = frozenset(cpu for cpu in cpus if root.read_value(f"{CPU_DIR}/cpu{cpu}/online") == "0")
+    return (frozenset(cpus), down) if down else None
 
 
 def _read_node(
@@ -217,6 +232,8 @@ class CpuFacts(NamedTuple):
     """(cpu, (package id, core id)) pairs: CPUs sharing a pair are SMT siblings."""
     flags: FrozenSet[str]
     """CPU feature flags of the first processor."""
+    vendor_family_model: Optional[Tuple[str, int, int]] = None
+    """(``vendor_id``, ``cpu family``, ``model``) of the first processor, when cpuinfo says."""
 
     def cores_in(self, cpus: FrozenSet[int]) -> int:
         """Physical cores among ``cpus`` (their count when the topology is unknown)."""
@@ -239,7 +256,7 @@ def read_cpu(root: Root) -> CpuFacts:
     # Model and flags come from the first processor's block, the ids from every block: a
     # host of 2,048 processors has a 3 MB cpuinfo, so plain text is decoded and parsed only
     # that far, and its ids are picked from the bytes.
-    if is_plain(data):  # tabs are plain here: cpuinfo's own layout
+    if data.isascii() and not any(odd in data for odd in _ODD_CPUINFO):
         blocks = parse_cpuinfo(_first_cpuinfo_block(data).decode("ascii"))
         package_of, core_of = plain_cpuinfo_topology(data)
     else:
@@ -256,12 +273,23 @@ def read_cpu(root: Root) -> CpuFacts:
         package_of=tuple(sorted(package_of.items())),
         core_of=tuple(sorted(core_of.items())),
         flags=frozenset(flags_text.split()),
+        vendor_family_model=_vendor_family_model(first),
     )
 
 
-# Plain cpuinfo (parse.is_plain, its NULs dropped): ASCII, its only line break \n, its only
-# blanks space and tab, so that the patterns below read it as parse_cpuinfo does (a block
-# ends at a blank line).
+def _vendor_family_model(block: Optional[Dict[str, str]]) -> Optional[Tuple[str, int, int]]:
+    if not block:
+        return None
+    family, model = parse_int(block.get("cpu family")), parse_int(block.get("model"))
+    vendor = block.get("vendor_id")
+    if vendor is None or family is None or model is None:
+        return None
+    return vendor, family, model
+
+
+# Plain cpuinfo (its NULs dropped): ASCII, its only line break \n, its only blanks space and tab, so
+# that the patterns below read it as parse_cpuinfo does (a block ends at a blank line).
+_ODD_CPUINFO = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
 # The lookahead only lets the pattern give up sooner on the 20-odd other lines of a block.
 _CPUINFO_IDS = re.compile(rb"\n(?=[pc \t\n])[ \t]*(?:(processor|physical id|core id)[ \t]*:(.*)|(?=\n))")
 _BLANK_LINE = re.compile(rb"\n[ \t]*(?=\n)")
@@ -298,9 +326,8 @@ _REGULAR_IDS = [b"processor", b"physical id", b"core id", b""]
 
 
 def plain_cpuinfo_topology(data: bytes) -> Topology:
-    """:func:`blocks_topology` of plain cpuinfo (:func:`~strata_doctor.parse.is_plain`),
-    without building a block for each of thousands of processors when every block is laid
-    out alike."""
+    """:func:`blocks_topology` of plain cpuinfo (see ``_ODD_CPUINFO``), without building a
+    block for each of thousands of processors when every block is laid out alike."""
     found = _CPUINFO_IDS.findall(b"\n" + data)
     if found and found[-1][0]:
         found.append((b"", b""))  # the last block ends without a blank line
@@ -364,6 +391,35 @@ class PcieLink(NamedTuple):
         """Whether the kernel reported the link at all."""
         return self.current_width is not None or self.current_speed is not None
 
+    @property
+    def current_gts(self) -> Optional[float]:
+        """The current speed in GT/s (``8.0 GT/s PCIe`` -> 8.0); None when unknown."""
+        return link_gts(self.current_speed)
+
+    @property
+    def max_gts(self) -> Optional[float]:
+        """The maximum speed in GT/s; None when unknown."""
+        return link_gts(self.max_speed)
+
+
+PCIE_GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+"""Transfer rate in GT/s -> PCIe generation."""
+
+
+def link_gts(speed: Optional[str]) -> Optional[float]:
+    """``8.0 GT/s PCIe`` (or ``8 GT/s``) -> 8.0; None for ``Unknown`` or garbage."""
+    match = re.match(r"\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s", speed or "")
+    return float(match.group(1)) if match else None
+
+
+class PathLink(NamedTuple):
+    """One PCI function on the way from a GPU up to its root port, and its link."""
+
+    address: str
+    """The function's PCI address (the GPU itself, a switch port or the root port)."""
+    link: PcieLink
+    """Its ``current_link_*`` and ``max_link_*`` files."""
+
 
 class Gpu(NamedTuple):
     """A display or 3D controller (PCI class 0x03xxxx), from ``/sys/bus/pci/devices/ADDR/``."""
@@ -387,7 +443,48 @@ class Gpu(NamedTuple):
     link: PcieLink
     """PCIe link state."""
     largest_bar: int
-    """Size in bytes of the largest memory BAR, from ``resource``."""
+    """Size in bytes of the largest memory BAR, from ``resource`` (0 without the file)."""
+    has_resource: bool = False
+    """Whether the ``resource`` file was there to read BAR sizes from."""
+    class_source: str = "class"
+    """Where ``pci_class`` came from: ``class``, or ``modalias`` when that file is missing."""
+    local_cpus_conflict: Optional[str] = None
+    """Set when ``local_cpulist`` and the ``local_cpus`` bitmap name different CPUs."""
+    path: Tuple[PathLink, ...] = ()
+    """The functions above this one up to its root port (upstream bridges, nearest first),
+    from the device's folder under ``/sys/devices``; empty when the path is not known."""
+
+    @property
+    def management(self) -> Optional[str]:
+        """What the chip is when it is a BMC's or a hypervisor's display (never a compute
+        GPU unless named by ``--gpu``); None for any other display function."""
+        if self.vendor is None:
+            return None
+        for (vendor, device), name in MANAGEMENT_DISPLAYS.items():
+            if self.vendor == vendor and device in (None, self.device):
+                return name
+        return None
+
+    @property
+    def path_minimum(self) -> Optional[Tuple[PathLink, str]]:
+        """The slowest link on the way to the root port and what limits it (``width`` or
+        ``speed``), when an upstream link is narrower or slower than the GPU's own now."""
+        return self.path_limit(self.link.current_width, self.link.current_gts)
+
+    def path_limit(
+        self, own_width: Optional[int], own_gts: Optional[float]
+    ) -> Optional[Tuple[PathLink, str]]:
+        """Like :attr:`path_minimum`, against a width and speed of the GPU's own link read
+        elsewhere (nvidia-smi's)."""
+        narrow = [h for h in self.path
+                  if h.link.current_width and own_width and h.link.current_width < own_width]
+        if narrow:
+            return min(narrow, key=lambda h: h.link.current_width or 0), "width"
+        slow = [h for h in self.path
+                if h.link.current_gts and own_gts and (h.link.current_gts or 0) < own_gts]
+        if slow:
+            return min(slow, key=lambda h: h.link.current_gts or 0.0), "speed"
+        return None
 
     @property
     def vendor_name(self) -> str:
@@ -402,7 +499,21 @@ class Gpu(NamedTuple):
         return f"{self.vendor:04x}:{self.device:04x}"
 
 
-_VENDORS = {0x10DE: "NVIDIA", 0x1002: "AMD", 0x8086: "Intel", 0x1A03: "ASPEED", 0x102B: "Matrox"}
+_VENDORS = {0x10DE: "NVIDIA", 0x1002: "AMD", 0x8086: "Intel", 0x1A03: "ASPEED", 0x102B: "Matrox",
+            0x1013: "Cirrus Logic", 0x15AD: "VMware", 0x1AF4: "Red Hat (virtio)", 0x1234: "QEMU",
+            0x1B36: "Red Hat (QEMU)"}
+
+MANAGEMENT_DISPLAYS: Dict[Tuple[int, Optional[int]], str] = {
+    (0x1A03, None): "a BMC's ASPEED VGA",
+    (0x102B, None): "a BMC's Matrox VGA",
+    (0x1013, None): "an emulated or BMC Cirrus Logic VGA",
+    (0x1AF4, 0x1050): "a virtio-gpu display",
+    (0x1234, 0x1111): "QEMU's emulated bochs VGA",
+    (0x15AD, None): "a VMware SVGA display",
+    (0x1B36, None): "a QXL display",
+}
+"""(vendor, device or None for any) of display chips that are never a compute GPU unless
+``--gpu`` or the config names them: BMC VGA chips and hypervisors' emulated displays."""
 
 
 def read_gpus(root: Root) -> Tuple[Gpu, ...]:
@@ -411,21 +522,32 @@ def read_gpus(root: Root) -> Tuple[Gpu, ...]:
     for address in root.listdir(PCI_DIR):
         base = f"{PCI_DIR}/{address}"
         pci_class = parse_int(root.read(f"{base}/class"))
+        source = "class"
+        if pci_class is None and root.reads.get(f"{base}/class") == "missing":
+            pci_class, source = modalias_class(root.read_value(f"{base}/modalias")), "modalias"
         if pci_class is None or pci_class >> 16 != 0x03:
             continue
-        gpus.append(_read_gpu(root, address, pci_class))
+        gpus.append(_read_gpu(root, address, pci_class)._replace(class_source=source))
     return tuple(gpus)
+
+
+def modalias_class(text: Optional[str]) -> Optional[int]:
+    """The 24-bit class from a PCI ``modalias`` (``pci:v000010DEd00002331sv...bc03sc02i00``)."""
+    match = re.search(r"bc([0-9A-Fa-f]{2})sc([0-9A-Fa-f]{2})i([0-9A-Fa-f]{2})$", text or "")
+    return int("".join(match.groups()), 16) if match else None
 
 
 def _read_gpu(root: Root, address: str, pci_class: int) -> Gpu:
     base = f"{PCI_DIR}/{address}"
     cpulist = root.read(f"{base}/local_cpulist")
-    local = (
-        parse_cpulist(cpulist)
-        if cpulist is not None
-        else parse_cpumap(root.read(f"{base}/local_cpus") or "")
-    )
+    bitmap = root.read(f"{base}/local_cpus")
+    local = parse_cpulist(cpulist) if cpulist is not None else parse_cpumap(bitmap or "")
+    conflict = None
+    if cpulist is not None and bitmap is not None and parse_cpumap(bitmap) != local:
+        conflict = (f"local_cpulist is {format_cpulist(local) or '(empty)'} but local_cpus "
+                    f"{bitmap.strip()} is {format_cpulist(parse_cpumap(bitmap)) or '(empty)'}")
     boot = root.read_value(f"{base}/boot_vga")
+    resource = root.read(f"{base}/resource")
     return Gpu(
         address=address,
         vendor=parse_int(root.read(f"{base}/vendor")),
@@ -435,13 +557,43 @@ def _read_gpu(root: Root, address: str, pci_class: int) -> Gpu:
         numa_node_raw=parse_int(root.read(f"{base}/numa_node")),
         local_cpus=local,
         boot_vga=None if boot is None else boot == "1",
-        link=PcieLink(
-            current_speed=root.read_value(f"{base}/current_link_speed"),
-            max_speed=root.read_value(f"{base}/max_link_speed"),
-            current_width=parse_int(root.read(f"{base}/current_link_width")),
-            max_width=parse_int(root.read(f"{base}/max_link_width")),
-        ),
-        largest_bar=_largest_bar(root.read(f"{base}/resource") or ""),
+        link=_read_link(root, base),
+        largest_bar=_largest_bar(resource or ""),
+        has_resource=resource is not None,
+        local_cpus_conflict=conflict,
+        path=_upstream(root, address),
+    )
+
+
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+def _upstream(root: Root, address: str) -> Tuple[PathLink, ...]:
+    """The PCI functions above ``address`` up to its root port, nearest first: the folders
+    named like PCI addresses on the way from ``/sys/devices/pciDDDD:BB`` to the device."""
+    target = root.readlink(f"{PCI_DIR}/{address}")
+    if not target:
+        return ()
+    parts = [p for p in target.split("/") if p not in ("", ".", "..")]
+    if "devices" not in parts:
+        return ()
+    parts = parts[parts.index("devices") + 1:]
+    hops = []
+    for depth in range(len(parts) - 2, -1, -1):
+        name = parts[depth]
+        if not _PCI_ADDRESS.match(name):
+            break
+        base = "/sys/devices/" + "/".join(parts[: depth + 1])
+        hops.append(PathLink(name, _read_link(root, base)))
+    return tuple(hops)
+
+
+def _read_link(root: Root, base: str) -> PcieLink:
+    return PcieLink(
+        current_speed=root.read_value(f"{base}/current_link_speed"),
+        max_speed=root.read_value(f"{base}/max_link_speed"),
+        current_width=parse_int(root.read(f"{base}/current_link_width")),
+        max_width=parse_int(root.read(f"{base}/max_link_width")),
     )
 
 
@@ -465,3 +617,174 @@ def normalize_address(text: str) -> str:
     """Accept ``84:00.0`` or ``0000:84:00.0`` (any case) and return the full form."""
     text = text.strip().lower()
     return text if text.count(":") == 2 else f"0000:{text}"
+
+
+# -- nvidia-smi's view of the GPUs (captured as commands, docs/capture-layout.md) -------------
+NVIDIA_SMI_QUERY = Command(
+    "nvidia-smi-query",
+    ("nvidia-smi",
+     "--query-gpu=pci.bus_id,name,memory.total,driver_version,uuid,serial,"
+     "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max",
+     "--format=csv,noheader"),
+    timeout=10.0,
+)
+"""The report's query; its last four columns are the PCIe link as the driver sees it."""
+NVIDIA_SMI_Q = Command("nvidia-smi-q", ("nvidia-smi", "-q"), timeout=10.0)
+"""``nvidia-smi -q``: every GPU's settings, persistence mode among them."""
+
+
+class SmiGpuState(NamedTuple):
+    """What nvidia-smi says of one GPU: its PCIe link (generation and width, now and at
+    most) and its persistence mode."""
+
+    gen_current: Optional[int] = None
+    """``pcie.link.gen.current``."""
+    gen_max: Optional[int] = None
+    """``pcie.link.gen.max``."""
+    width_current: Optional[int] = None
+    """``pcie.link.width.current``."""
+    width_max: Optional[int] = None
+    """``pcie.link.width.max``."""
+    persistence: Optional[bool] = None
+    """``Persistence Mode`` from ``nvidia-smi -q``; None when not captured."""
+
+    @property
+    def link_known(self) -> bool:
+        """Whether the query gave the link's generation and width."""
+        return None not in (self.gen_current, self.gen_max, self.width_current, self.width_max)
+
+
+def smi_address(text: str) -> Optional[str]:
+    """``00000000:84:00.0`` (nvidia-smi's 8-digit domain) -> ``0000:84:00.0``."""
+    match = re.match(r"^([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$", text.strip())
+    if not match:
+        return None
+    return f"{int(match.group(1), 16):04x}:{match.group(2).lower()}"
+
+
+def parse_smi_links(text: str) -> Dict[str, SmiGpuState]:
+    """The link columns of :data:`NVIDIA_SMI_QUERY`'s output, by PCI address."""
+    rows: Dict[str, SmiGpuState] = {}
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        address = smi_address(fields[0]) if len(fields) >= 10 else None
+        if address is None:
+            continue
+        gen_now, gen_max, width_now, width_max = (parse_int(f) for f in fields[-4:])
+        rows[address] = SmiGpuState(gen_now, gen_max, width_now, width_max)
+    return rows
+
+
+def parse_smi_persistence(text: str) -> Dict[str, bool]:
+    """``Persistence Mode`` of each GPU section (``GPU 00000000:41:00.0``) of ``nvidia-smi -q``."""
+    found: Dict[str, bool] = {}
+    current: Optional[str] = None
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            current = smi_address(line[4:])
+            continue
+        key, _, value = line.partition(":")
+        if current and key.strip() == "Persistence Mode" and value.strip() in ("Enabled", "Disabled"):
+            found[current] = value.strip() == "Enabled"
+    return found
+
+
+def read_smi_states(root: Root) -> Dict[str, SmiGpuState]:
+    """nvidia-smi's link and persistence mode of each GPU, by PCI address, from the commands
+    (run live, replayed under a captured root); empty without nvidia-smi."""
+    query, detail = root.run(NVIDIA_SMI_QUERY), root.run(NVIDIA_SMI_Q)
+    states = parse_smi_links(query.stdout) if query.ok else {}
+    for address, enabled in (parse_smi_persistence(detail.stdout) if detail.ok else {}).items():
+        states[address] = states.get(address, SmiGpuState())._replace(persistence=enabled)
+    return states
+
+
+# -- the instruction sets the kernel gives, not only those the CPU has ------------------------
+XCOMP_AVX512 = 0xE0
+"""XSAVE state components 5-7 (opmask, ZMM_Hi256, Hi16_ZMM): AVX-512's registers."""
+XCOMP_AMX = 0x60000
+"""XSAVE state components 17-18 (XTILECFG, XTILEDATA): AMX's tiles."""
+
+# (vendor_id, cpu family, model) -> (code name, ISA the silicon has); a kernel or hypervisor
+# that hides them leaves no trace in /proc/cpuinfo's flags, so the model has to tell.
+_INTEL_MODELS: Dict[int, Tuple[str, Tuple[str, ...]]] = {
+    85: ("Skylake-SP/Cascade Lake", ("avx512f",)),
+    106: ("Ice Lake-SP", ("avx512f",)),
+    108: ("Ice Lake-D", ("avx512f",)),
+    143: ("Sapphire Rapids", ("avx512f", "amx_tile")),
+    207: ("Emerald Rapids", ("avx512f", "amx_tile")),
+    173: ("Granite Rapids", ("avx512f", "amx_tile")),
+    174: ("Granite Rapids-D", ("avx512f", "amx_tile")),
+}
+
+
+def model_isa(vendor_family_model: Optional[Tuple[str, int, int]]) -> Optional[Tuple[str, Tuple[str, ...]]]:
+    """(code name, ISA the silicon has) of a server CPU known to have AVX-512 or AMX; None
+    for any other (or unknown) model."""
+    if vendor_family_model is None:
+        return None
+    vendor, family, model = vendor_family_model
+    if vendor == "GenuineIntel" and family == 6:
+        return _INTEL_MODELS.get(model)
+    if vendor == "AuthenticAMD" and family == 25 and (0x10 <= model <= 0x1F or 0x60 <= model <= 0x7F
+                                                       or 0xA0 <= model <= 0xAF):
+        return "Zen 4", ("avx512f",)
+    if vendor == "AuthenticAMD" and family == 26:
+        return "Zen 5", ("avx512f",)
+    return None
+
+
+class KernelIsa(NamedTuple):
+    """What the running kernel lets a process use of the CPU's vector state: its release,
+    the ``arch_prctl`` answers (live, or replayed from a capture) and the boot options that
+    hide features."""
+
+    release: Optional[str]
+    """``/proc/sys/kernel/osrelease``."""
+    version: Optional[Tuple[int, int]]
+    """(major, minor) of the release; None when unreadable."""
+    xcomp_supported: Optional[int]
+    """``ARCH_GET_XCOMP_SUPP``'s mask of XSAVE components; None when not asked or refused."""
+    amx_request: Optional[str]
+    """``ok`` when ``ARCH_REQ_XCOMP_PERM(XTILEDATA)`` succeeded, else the errno name
+    (``EINVAL`` on kernels before 5.16); None when it was not tried (captured host)."""
+    hidden_by_cmdline: Tuple[str, ...]
+    """``clearcpuid=``, ``noxsave``... words of ``/proc/cmdline`` that hide vector state."""
+
+    def before(self, major: int, minor: int) -> bool:
+        """Whether the kernel is known to be older than ``major.minor``."""
+        return self.version is not None and self.version < (major, minor)
+
+    @property
+    def amx_backported(self) -> bool:
+        """A RHEL 9.2+ kernel (``5.14.0-284`` and later ``el9``): 5.14 with AMX backported."""
+        match = re.match(r"5\.14\.0-(\d+)\..*el9", self.release or "")
+        return match is not None and int(match.group(1)) >= 284
+
+
+def parse_xcomp(text: str) -> Tuple[Optional[int], Optional[str]]:
+    """(supported mask, AMX request answer) from :meth:`Root.xcomp_permission`'s text."""
+    mask: Optional[int] = None
+    request: Optional[str] = None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        value = value.strip()
+        if key.strip() == "ARCH_GET_XCOMP_SUPP" and value.lower().startswith("0x"):
+            mask = parse_int(value)
+        elif key.strip() == "ARCH_REQ_XCOMP_PERM XTILEDATA" and re.fullmatch(r"ok|E[A-Z]+|\d+", value):
+            request = value
+    return mask, request
+
+
+_HIDING = re.compile(r"^(clearcpuid=\S+|noxsave|noxsaves|noxsaveopt|noavx512|noavx2|noavx)$")
+
+
+def read_kernel_isa(root: Root) -> KernelIsa:
+    """The running kernel's side of the ISA: release, arch_prctl's answers, boot options."""
+    release = root.read_value("/proc/sys/kernel/osrelease")
+    match = re.match(r"(\d+)\.(\d+)", release or "")
+    version = (int(match.group(1)), int(match.group(2))) if match else None
+    answer = root.xcomp_permission()
+    mask, request = parse_xcomp(answer.stdout) if answer.ok else (None, None)
+    cmdline = (root.read("/proc/cmdline") or "").split()
+    return KernelIsa(release, version, mask, request, tuple(w for w in cmdline if _HIDING.match(w)))

@@ -15,7 +15,7 @@ from typing import Dict, Set, Tuple
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.corpus import SNAPSHOTS, Corpus
+from tests.corpus import SNAPSHOTS, Corpus, proc_memtotal
 
 pytestmark = pytest.mark.corpus
 
@@ -61,3 +61,31 @@ def test_errors_match_the_reviewed_table(corpus: Corpus, name: str) -> None:
     gone: Tuple[str, ...] = tuple(sorted(expected - found))
     assert not unreviewed, f"{name}: errors not in {TABLE.name}: {unreviewed}"
     assert not gone, f"{name}: errors in {TABLE.name} that the tool no longer reports: {gone}"
+
+
+# -- Zero false alarms on servers ------------------------------------------------------------
+ENGINE_NEEDS = int((46.84 + 3.09 + 4.0) * 2**30)  # arena + K/V + the default 4 GiB headroom
+GPU_CHECKS = ("gpu-placement", "numa-binding", "pcie-link")
+
+
+@pytest.mark.parametrize("name", SNAPSHOTS)
+def test_no_error_on_a_server_without_a_discrete_gpu(corpus: Corpus, name: str) -> None:
+    """A host with no compute GPU (none at all, or only a BMC's or hypervisor's display
+    chip) gets no error, except that the seed's engine does not fit a smaller host and the
+    hugepage errors the reviewed table justifies. No GPU-related error, whatever the table."""
+    result = run_cli(["check", "--root", str(corpus.root(name)), *SEED_ENGINE, "--format", "json"])
+    data = json.loads(result.stdout)
+    if any(g["compute"] for g in data["facts"].get("gpus", [])):
+        return  # a discrete GPU: binding errors are real there (nvidiagpunumanodes)
+    memtotal = proc_memtotal(corpus.root(name))
+    for finding in data["findings"]:
+        if finding["severity"] != "error":
+            continue
+        key = f"{finding['check']}/{finding['id']}"
+        assert finding["check"] not in GPU_CHECKS, f"{name}: {key} on a host without a compute GPU"
+        if key == "arena-fit/does-not-fit":
+            assert memtotal is not None and memtotal < ENGINE_NEEDS, f"{name}: {key} on a host of {memtotal}"
+        elif finding["check"] == "hugepages":
+            assert key in REVIEWED.get(name, {}), f"{name}: {key} is not justified in {TABLE.name}"
+        else:
+            raise AssertionError(f"{name}: error {key} without a discrete GPU: {finding['summary']}")
