@@ -97,7 +97,7 @@ def _size(value: Size) -> Optional[str]:
     if value is None:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(round(value))
+        return f"{round(value)}B"  # bytes: a size without a unit is refused
     return str(value)
 
 

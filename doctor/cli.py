@@ -6,6 +6,7 @@ Exit codes (docs/exit-codes.md): 0 ready, 1 a finding at or above ``--fail-on``,
 
 import importlib
 import os
+import re
 import sys
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union
 
@@ -203,9 +204,15 @@ def open_host(options: HostOptions) -> Tuple[Any, Any]:
     from strata_doctor.root import Root
 
     path = options.root
+    if options.bundle and options.root not in ("/", ""):
+        raise UsageFailure("--bundle and --root exclude each other: a bundle replays its own host")
+    if options.gpu is not None and not PCI_ADDRESS.match(options.gpu.strip()):
+        raise UsageFailure(f"--gpu {options.gpu}: not a PCI address (expected e.g. 0000:84:00.0 or 84:00.0)")
     if options.bundle:
         path = _unpack_bundle(options.bundle)
     root = Root(path)
+    if not root.live:
+        _looks_like_a_host(root, options.bundle or path)
     try:
         config = load_config(root, options.config)
         config = apply_settings(
@@ -214,11 +221,48 @@ def open_host(options: HostOptions) -> Tuple[Any, Any]:
             "command line",
         )
         ctx = HostContext(root, config)
+        known_node(ctx, ctx.config.numa, f"{config.source or 'config'}: numa:")
         if ctx.gpu_choice:
             _ = ctx.placement  # validate --gpu now, as a usage error
     except (ConfigError, GpuChoiceError) as exc:
         raise UsageFailure(str(exc)) from None
     return root, ctx
+
+
+PCI_ADDRESS = re.compile(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+"""``0000:84:00.0`` or ``84:00.0``: what ``--gpu`` takes."""
+
+
+HOST_MARKS = ("/sys/devices/system/node", "/sys/devices/system/cpu", "/proc/meminfo")
+
+
+def _looks_like_a_host(root: Any, shown: str) -> None:
+    """A tree with none of ``sys/devices/system/node``, ``sys/devices/system/cpu`` (a kernel
+    without NUMA) and ``proc/meminfo`` is no host (exit 2)."""
+    if not any(root.path(p).exists() for p in HOST_MARKS):
+        raise UsageFailure(f"does not look like a host: {shown} has none of "
+                           f"{', '.join(p.lstrip('/') for p in HOST_MARKS)}")
+
+
+def known_node(ctx: Any, numa: str, source: str) -> None:
+    """A node id the host lacks is a usage error, said as ``numa-plan`` says it."""
+    if numa.isdigit() and ctx.numa.node(int(numa)) is None:
+        known = ",".join(str(n.id) for n in ctx.numa.nodes) or "none"
+        raise UsageFailure(f"{source} {numa}: no such NUMA node on this host (nodes: {known})")
+
+
+def known_ids(values: Sequence[str], option: str) -> None:
+    """Every ``CHECK`` or ``CHECK/FINDING`` of ``--ignore``/``--only``/``--skip`` names a check."""
+    from strata_doctor.registry import all_checks
+
+    if not values:
+        return
+    checks, failed = all_checks()
+    known = sorted({c.id for c in checks} | {c.check for c in failed})
+    for value in values:
+        check = value.partition("/")[0]
+        if check not in known or value.endswith("/"):
+            raise UsageFailure(f"{option} {value}: unknown check {check!r} (known: {', '.join(known)})")
 
 
 def _unpack_bundle(path: str) -> str:
@@ -254,7 +298,7 @@ def select_checks(ids: Sequence[str]) -> Tuple[List[Any], List[Any]]:
     known = {c.id: c for c in checks}
     unknown = [i for i in ids if i not in known]
     if unknown:
-        raise UsageFailure(f"unknown check {unknown[0]!r} (see strata-doctor list-checks)")
+        raise UsageFailure(f"unknown check {unknown[0]!r} (known: {', '.join(sorted(known))})")
     return [known[i] for i in ids], [c for c in failed if c.check in ids]
 
 
@@ -303,6 +347,7 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
             raise UsageFailure(f"--output {exc}") from None
         output = None if is_stdout(output) else output
     options = host_from_kwargs(kwargs)
+    known_ids(ignore, "--ignore")
     _, ctx = open_host(options)
     results = run_selected(ctx, check_ids, ignore)
     threshold = Severity.parse(fail_on)

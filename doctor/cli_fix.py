@@ -17,7 +17,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
-from strata_doctor.cli import UsageFailure, host_from_kwargs, host_options, open_host, run_selected
+from strata_doctor.cli import (
+    UsageFailure,
+    host_from_kwargs,
+    host_options,
+    known_ids,
+    known_node,
+    open_host,
+    run_selected,
+)
 from strata_doctor.model import CheckResult, Finding, Severity
 
 RESULT_SCHEMA = "strata-doctor/fix-result/v1"
@@ -52,6 +60,8 @@ def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple
     """Show how to fix what `check` finds; --apply fixes it, --revert undoes it."""
     options = host_from_kwargs(kwargs)
     numa = _numa_choice(numa)
+    known_ids(only, "--only")
+    known_ids(skip, "--skip")
     if do_apply and revert:
         raise UsageFailure("--apply and --revert exclude each other")
     if (do_apply or revert) and options.bundle:
@@ -133,6 +143,7 @@ def _with_numa(ctx: Any, numa: str) -> Any:
         config = apply_settings(ctx.config, {"numa": numa}, "--numa")
     except ConfigError as exc:
         raise UsageFailure(str(exc)) from None
+    known_node(ctx, numa, "--numa")
     return HostContext(ctx.root, config, ctx.gpu_choice)
 
 

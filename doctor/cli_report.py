@@ -19,6 +19,7 @@ from strata_doctor.cli import (
     UsageFailure,
     host_from_kwargs,
     host_options,
+    known_ids,
     open_host,
     run_selected,
 )
@@ -64,6 +65,7 @@ def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], n
 
     kwargs["bundle"] = None
     _check_outputs(output, bundle_out)
+    known_ids(ignore, "--ignore")
     root, ctx = open_host(host_from_kwargs(kwargs))
     results = run_selected(ctx, (), ignore)
     code = render.exit_code(results, Severity.parse(fail_on))

@@ -13,7 +13,7 @@ from strata_doctor.parse import (
     parse_cpulist,
     parse_int,
     parse_key_values,
-    parse_size,
+    parse_setting_size,
     parse_status,
 )
 from strata_doctor.processes import read_numa_maps
@@ -111,7 +111,8 @@ def apply_settings(config: EngineConfig, values: Mapping[str, object], source: s
 
 def _convert(key: str, value: object) -> Dict[str, object]:
     if key in ("arena", "kv", "headroom"):
-        size = parse_size(str(value))
+        exact = isinstance(value, int) and not isinstance(value, bool)  # YAML integer: bytes
+        size = parse_setting_size(str(value), zero_ok=key != "arena", unit_required=not exact)
         return {{"arena": "arena_bytes", "kv": "kv_bytes"}.get(key, "headroom_bytes"): size}
     if key == "workers":
         if isinstance(value, bool) or not str(value).isdigit():

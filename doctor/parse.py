@@ -193,6 +193,30 @@ def parse_size(text: str) -> int:
         raise ValueError(f"not a size: {text!r} (too large)") from None
 
 
+MAX_SETTING_SIZE = 1024**5
+"""1 PiB: no host has that much memory; a larger arena, K/V or headroom is a typo."""
+
+
+def parse_setting_size(text: str, zero_ok: bool = False, unit_required: bool = True) -> int:
+    """A size the operator writes (``arena:``, ``--kv``): :func:`parse_size` with a unit
+    required (unless ``unit_required`` is false: a config file's plain YAML integer, which
+    is bytes, as a bundle writes its settings), more than 0 (unless ``zero_ok``), and at
+    most 1 PiB.
+
+    Binary units are the single letters and the ``iB`` forms (``G`` = ``GiB`` = 2^30, as
+    systemd and ``free -g`` count); ``KB``, ``MB``, ``GB``, ``TB`` are decimal (``GB`` = 10^9).
+    """
+    value = parse_size(text)
+    match = _SIZE_RE.match(str(text))
+    if unit_required and match is not None and not match.group(2):
+        raise ValueError(f"{text!r} has no unit (write e.g. {text}GiB or {text}MiB)")
+    if value == 0 and not zero_ok:
+        raise ValueError(f"{text!r} is zero; give the size in use, e.g. 46.84GiB")
+    if value > MAX_SETTING_SIZE:
+        raise ValueError(f"{text!r} is more than 1 PiB; no host has that much memory")
+    return value
+
+
 def format_count(value: int) -> str:
     """A count (of pages, of processes) with thousands separators: ``23,983``."""
     return f"{value:,}"
