@@ -12,6 +12,7 @@ from strata_doctor.parse import (
     MAX_CPU,
     cpumap_beyond_limit,
     format_cpulist,
+    is_plain,
     parse_cpuinfo,
     parse_cpulist,
     parse_cpumap,
@@ -256,7 +257,7 @@ def read_cpu(root: Root) -> CpuFacts:
     # Model and flags come from the first processor's block, the ids from every block: a
     # host of 2,048 processors has a 3 MB cpuinfo, so plain text is decoded and parsed only
     # that far, and its ids are picked from the bytes.
-    if data.isascii() and not any(odd in data for odd in _ODD_CPUINFO):
+    if is_plain(data):  # tabs are plain here: cpuinfo's own layout
         blocks = parse_cpuinfo(_first_cpuinfo_block(data).decode("ascii"))
         package_of, core_of = plain_cpuinfo_topology(data)
     else:
@@ -287,9 +288,9 @@ def _vendor_family_model(block: Optional[Dict[str, str]]) -> Optional[Tuple[str,
     return vendor, family, model
 
 
-# Plain cpuinfo (its NULs dropped): ASCII, its only line break \n, its only blanks space and tab, so
-# that the patterns below read it as parse_cpuinfo does (a block ends at a blank line).
-_ODD_CPUINFO = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\x1f")
+# Plain cpuinfo (parse.is_plain, its NULs dropped): ASCII, its only line break \n, its only
+# blanks space and tab, so that the patterns below read it as parse_cpuinfo does (a block
+# ends at a blank line).
 # The lookahead only lets the pattern give up sooner on the 20-odd other lines of a block.
 _CPUINFO_IDS = re.compile(rb"\n(?=[pc \t\n])[ \t]*(?:(processor|physical id|core id)[ \t]*:(.*)|(?=\n))")
 _BLANK_LINE = re.compile(rb"\n[ \t]*(?=\n)")
@@ -326,8 +327,9 @@ _REGULAR_IDS = [b"processor", b"physical id", b"core id", b""]
 
 
 def plain_cpuinfo_topology(data: bytes) -> Topology:
-    """:func:`blocks_topology` of plain cpuinfo (see ``_ODD_CPUINFO``), without building a
-    block for each of thousands of processors when every block is laid out alike."""
+    """:func:`blocks_topology` of plain cpuinfo (:func:`~strata_doctor.parse.is_plain`),
+    without building a block for each of thousands of processors when every block is laid
+    out alike."""
     found = _CPUINFO_IDS.findall(b"\n" + data)
     if found and found[-1][0]:
         found.append((b"", b""))  # the last block ends without a blank line
