@@ -45,7 +45,8 @@ def gpu_models(ctx: Any) -> Dict[str, str]:
     asked only when the host has an NVIDIA GPU."""
     if not any(gpu.vendor == 0x10DE for gpu in ctx.gpus):
         return {}
-    from strata_doctor.report import NVIDIA_SMI_QUERY, parse_smi_query
+    from strata_doctor.facts import NVIDIA_SMI_QUERY
+    from strata_doctor.report import parse_smi_query
 
     result = ctx.root.run(NVIDIA_SMI_QUERY)
     if not result.ok:

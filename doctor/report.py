@@ -18,7 +18,7 @@ from strata_doctor import __version__
 from strata_doctor.binding import numactl_line
 from strata_doctor.context import HostContext, place_gpu
 from strata_doctor.engine import SYSTEMD_VERSION, EngineConfig, command_outcome
-from strata_doctor.facts import Gpu, normalize_address
+from strata_doctor.facts import NVIDIA_SMI_QUERY, Gpu, normalize_address
 from strata_doctor.model import CheckResult, Finding, Severity
 from strata_doctor.oomd import OOMD_ACTIVE
 from strata_doctor.parse import (
@@ -32,17 +32,8 @@ from strata_doctor.root import Command, CommandResult, Root
 
 REPORT_SCHEMA = "strata-doctor/report/v1"
 NVIDIA_SMI = Command("nvidia-smi", ("nvidia-smi",), timeout=10.0)
-NVIDIA_SMI_QUERY = Command(
-    "nvidia-smi-query",
-    # One key, one command: the columns documented in docs/capture-layout.md.
-    ("nvidia-smi",
-     "--query-gpu=pci.bus_id,name,memory.total,driver_version,uuid,serial,"
-     "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max",
-     "--format=csv,noheader"),
-    timeout=10.0,
-)
 REPORT_COMMANDS = (NVIDIA_SMI, NVIDIA_SMI_QUERY, SYSTEMD_VERSION, OOMD_ACTIVE)
-"""Commands only the report runs; they are recorded (and bundled) like the checks' own."""
+"""Commands the report runs (pcie-link shares the query); recorded and bundled like the checks' own."""
 
 ISA_NAMES = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16",
              "avx512_vnni": "AVX-512 VNNI", "amx_tile": "AMX", "amx_bf16": "AMX BF16"}

@@ -21,6 +21,16 @@ HOSTS = REPO / "tests" / "fixtures" / "hosts"
 SHARED = REPO.parent / "shared"
 
 
+def seed_copy(tmp_path: Path) -> Path:
+    """A copy of the seed-box fixture (links kept as links) to write into."""
+    seed = HOSTS / "seed-box"
+    if not seed.is_dir():
+        pytest.skip("tests/fixtures/hosts/seed-box is missing")
+    tree = tmp_path / "tree"
+    shutil.copytree(seed, tree, symlinks=True)
+    return tree
+
+
 def write_tree(base: Path, files: Dict[str, str]) -> Path:
     """Write ``{host path: content}`` under ``base``; a value starting '->' is a symlink."""
     for host_path, content in files.items():

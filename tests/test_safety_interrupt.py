@@ -25,7 +25,7 @@ from click.testing import Result
 
 from strata_doctor import apply as applier
 from strata_doctor.apply import INTERRUPTED, REVERT_INTERRUPTED
-from tests.conftest import HOSTS, REPO, run_cli
+from tests.conftest import HOSTS, REPO, run_cli, seed_copy
 from tests.test_fix_hosts import make_host, snapshot
 
 SEED = HOSTS / "seed-box"
@@ -37,14 +37,6 @@ class Killed(BaseException):
 
 
 Hook = Callable[[str, str], None]
-
-
-def _seed(tmp_path: Path) -> Path:
-    if not SEED.is_dir():
-        pytest.skip("tests/fixtures/hosts/seed-box is missing")
-    tree = tmp_path / "tree"
-    shutil.copytree(SEED, tree, symlinks=True)
-    return tree
 
 
 def _record(monkeypatch: pytest.MonkeyPatch, args: List[str]) -> List[Tuple[str, str]]:
@@ -94,7 +86,7 @@ def _revert_all(tree: Path, force: bool = False) -> None:
 
 
 def test_apply_killed_after_every_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     original = snapshot(tree)
     apply = ["fix", "--root", str(tree), "--apply", *FIX]
     steps = _record(monkeypatch, apply)
@@ -172,7 +164,7 @@ def test_revert_interrupted_after_every_step(tmp_path: Path, monkeypatch: pytest
 # -- the wedges found by hand ---------------------------------------------------------
 @pytest.mark.parametrize("target", ["does-not-exist", "/does/not/exist", "../../../../../nowhere"])
 def test_dangling_folder_link(tmp_path: Path, target: str) -> None:
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     shutil.rmtree(tree / "etc/sysctl.d")
     (tree / "etc/sysctl.d").symlink_to(target)
     original = snapshot(tree)
@@ -189,7 +181,7 @@ def test_dangling_folder_link(tmp_path: Path, target: str) -> None:
 
 @pytest.mark.parametrize("existing", ["var", "var/lib"])
 def test_revert_removes_only_the_folders_apply_made(tmp_path: Path, existing: str) -> None:
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     (tree / existing).mkdir(parents=True)
     (tree / "opt/empty").mkdir(parents=True)
     original = snapshot(tree)
@@ -206,7 +198,7 @@ def test_revert_removes_only_the_folders_apply_made(tmp_path: Path, existing: st
 
 
 def test_nothing_to_change_leaves_no_state(tmp_path: Path) -> None:
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     assert run_cli(["fix", "--root", str(tree), "--apply"]).exit_code in (0, 1)
     applied = snapshot(tree)
     again = run_cli(["fix", "--root", str(tree), "--apply"])
@@ -263,7 +255,7 @@ def open_tmp() -> Iterator[Path]:
 
 
 def _nobody_tree(tmp_path: Path) -> Path:
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     # Warm every lazy import as the current user: the child may not read site-packages.
     import click._textwrap  # error messages are wrapped with it
     import click.formatting  # noqa: F401
@@ -317,7 +309,7 @@ def test_read_only_bind_mount(tmp_path: Path) -> None:
     the EROFS injection at every step above stands for it)."""
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("a read-only bind mount needs root and unshare(1)")
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     original = snapshot(tree)
     script = (
         'set -e; mount --bind "$1/etc" "$1/etc"; mount -o remount,ro,bind "$1/etc"; '
@@ -342,7 +334,7 @@ def test_read_only_bind_mount(tmp_path: Path) -> None:
 def test_killed_while_the_state_folders_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: int) -> None:
     """Between any two of the rmdir calls that remove var/lib/strata-doctor, var/lib and
     var (all made by the apply): the next run finishes the removal."""
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     assert not (tree / "var").exists()
     original = snapshot(tree)
     assert run_cli(["fix", "--root", str(tree), "--apply"]).exit_code in (0, 1)

@@ -8,7 +8,6 @@ always reverts to the byte. Every process has a timeout.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -21,20 +20,12 @@ from strata_doctor.apply import Lock, apply_plan, drop_state_if_empty
 from strata_doctor.cli import run_selected
 from strata_doctor.plan import PlanOptions, build_plan
 from strata_doctor.root import Root
-from tests.conftest import HOSTS, REPO
+from tests.conftest import HOSTS, REPO, seed_copy
 from tests.test_fix_hosts import context_for, snapshot
 
 SEED = HOSTS / "seed-box"
 TIMEOUT = 120
 BUSY = "another `strata-doctor fix` is running (pid "
-
-
-def _seed(tmp_path: Path) -> Path:
-    if not SEED.is_dir():
-        pytest.skip("tests/fixtures/hosts/seed-box is missing")
-    tree = tmp_path / "tree"
-    shutil.copytree(SEED, tree, symlinks=True)
-    return tree
 
 
 def _start(tree: Path, *args: str) -> subprocess.Popen[str]:
@@ -84,7 +75,7 @@ def _applies(tree: Path) -> List[str]:
 
 @pytest.mark.parametrize("runs", [2, 3])
 def test_concurrent_applies(tmp_path: Path, runs: int) -> None:
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     original = snapshot(tree)
     for _ in range(2):
         results = _finish([_start(tree, "--apply") for _ in range(runs)])
@@ -97,7 +88,7 @@ def test_concurrent_applies(tmp_path: Path, runs: int) -> None:
 
 
 def test_concurrent_applies_that_wait(tmp_path: Path) -> None:
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     original = snapshot(tree)
     results = _finish([_start(tree, "--apply", "--wait") for _ in range(3)])
     for code, out, err in results:
@@ -109,7 +100,7 @@ def test_concurrent_applies_that_wait(tmp_path: Path) -> None:
 
 
 def test_apply_against_revert(tmp_path: Path) -> None:
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     original = snapshot(tree)
     for _ in range(2):
         code, out, err = _run(tree, "--apply")
@@ -121,7 +112,7 @@ def test_apply_against_revert(tmp_path: Path) -> None:
 
 
 def test_loser_names_the_holder_and_removes_nothing(tmp_path: Path) -> None:
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     original = snapshot(tree)
     with Lock(Root(tree)) as held:
         lock = tree / "var/lib/strata-doctor/lock"
@@ -155,7 +146,7 @@ def test_the_plan_is_made_under_the_lock(tmp_path: Path) -> None:
     has nothing left to change, instead of carrying out a plan made before."""
     if not Path("/proc/locks").exists():
         pytest.skip("/proc/locks is needed to see the waiter")
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     original = snapshot(tree)
     with Lock(Root(tree)) as held:
         waiter = _start(tree, "--apply", "--wait")

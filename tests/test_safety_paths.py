@@ -19,7 +19,7 @@ from click.testing import Result
 from strata_doctor import inroot
 from strata_doctor.inroot import InRoot
 from strata_doctor.root import Root
-from tests.conftest import HOSTS, run_cli
+from tests.conftest import HOSTS, run_cli, seed_copy
 from tests.test_fix_hosts import snapshot
 
 SEED = HOSTS / "seed-box"
@@ -52,14 +52,6 @@ def _outside(tmp_path: Path) -> Tuple[Path, Dict[str, Tuple[str, int, bytes]]]:
     (outside / "81-strata-doctor.conf").write_text("not yours\n")
     outside.chmod(0o755)
     return outside, snapshot(outside)
-
-
-def _seed(tmp_path: Path) -> Path:
-    if not SEED.is_dir():
-        pytest.skip("tests/fixtures/hosts/seed-box is missing")
-    tree = tmp_path / "tree"
-    shutil.copytree(SEED, tree, symlinks=True)
-    return tree
 
 
 def _replace_with_link(tree: Path, folder: str, target: str) -> None:
@@ -155,7 +147,7 @@ def test_relative_in_tree_links_still_read(tmp_path: Path, resolver: str) -> Non
 
 
 def test_check_on_a_tree_whose_sys_links_to_the_real_sys(tmp_path: Path, resolver: str) -> None:
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     shutil.move(str(tree / "sys"), str(tree / "sys.captured"))
     (tree / "sys").symlink_to("/sys")
     opened: List[str] = []
@@ -196,7 +188,7 @@ def _layout(tree: Path, folder: str, kind: str, outside: Path) -> None:
 @pytest.mark.parametrize("folder", WRITTEN_FOLDERS)
 def test_no_write_outside_the_root(tmp_path: Path, resolver: str, folder: str, kind: str) -> None:
     outside, before = _outside(tmp_path)
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     _layout(tree, folder, kind, outside)
     original = snapshot(tree)
     applied = run_cli(["fix", "--root", str(tree), "--apply", *FIX])
@@ -215,7 +207,7 @@ def test_no_write_outside_the_root(tmp_path: Path, resolver: str, folder: str, k
 
 def test_absolute_folder_link_is_taken_inside_the_root(tmp_path: Path, resolver: str) -> None:
     outside, before = _outside(tmp_path)
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     inside = tree / str(outside).lstrip("/")
     inside.mkdir(parents=True)
     _replace_with_link(tree, "usr/local/bin", str(outside))
@@ -231,7 +223,7 @@ def test_absolute_folder_link_is_taken_inside_the_root(tmp_path: Path, resolver:
 @pytest.mark.parametrize("force", [False, True])
 def test_revert_after_a_folder_became_a_link_outside(tmp_path: Path, resolver: str, force: bool) -> None:
     outside, before = _outside(tmp_path)
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     assert run_cli(["fix", "--root", str(tree), "--apply", *FIX]).exit_code in (0, 1)
     moved = tmp_path / "sysctl.d-moved"
     shutil.move(str(tree / "etc/sysctl.d"), str(moved))
@@ -245,7 +237,7 @@ def test_revert_after_a_folder_became_a_link_outside(tmp_path: Path, resolver: s
 
 def test_state_folder_link_outside_is_not_chmodded(tmp_path: Path, resolver: str) -> None:
     outside, before = _outside(tmp_path)
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     (tree / "var/lib").mkdir(parents=True)
     (tree / "var/lib/strata-doctor").symlink_to(str(outside))
     applied = run_cli(["fix", "--root", str(tree), "--apply", *FIX])
@@ -256,7 +248,7 @@ def test_state_folder_link_outside_is_not_chmodded(tmp_path: Path, resolver: str
 
 def test_writes_in_an_inside_link_folder_round_trip(tmp_path: Path, resolver: str) -> None:
     """An administrator's folder link that stays inside the root is followed, as on a live host."""
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     shutil.move(str(tree / "etc/sysctl.d"), str(tree / "etc/sysctl.real"))
     (tree / "etc/sysctl.d").symlink_to("sysctl.real")
     original = snapshot(tree)
@@ -270,7 +262,7 @@ def test_writes_in_an_inside_link_folder_round_trip(tmp_path: Path, resolver: st
 
 def test_final_component_link_is_refused(tmp_path: Path, resolver: str) -> None:
     outside, before = _outside(tmp_path)
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     (tree / "usr/local/bin").mkdir(parents=True, exist_ok=True)
     (tree / "usr/local/bin/strata-numa").symlink_to("/strata-numa-inside")
     (tree / "strata-numa-inside").write_text("# Managed by strata-doctor\n")
@@ -287,7 +279,7 @@ def test_a_crafted_state_folder_reads_nothing_outside(tmp_path: Path, resolver: 
     outside, _ = _outside(tmp_path)
     (outside / "0").write_text("secret outside\n")
     before = snapshot(outside)
-    tree = _seed(tmp_path)
+    tree = seed_copy(tmp_path)
     assert run_cli(["fix", "--root", str(tree), "--apply"]).exit_code in (0, 1)
     apply_dir = next((tree / "var/lib/strata-doctor/applies").iterdir())
     journal = json.loads((apply_dir / "journal.json").read_text())
