@@ -103,7 +103,14 @@ def test_every_pair_is_measured_and_placement_is_verified() -> None:
     for c in result.cells:
         assert c.placed_fraction == 1.0 and c.verified
         assert c.read_gbps and c.read_gbps > 0
-        assert c.latency_ns is not None and c.latency_ns >= 0
+        # The fake runs the real chase over small buffers, so on a loaded machine a step can
+        # be no slower than the chase's own cost: then the cell gives no latency and a note
+        # names it, never a made-up figure.
+        cell = f"cpu node {c.cpu_node} -> memory node {c.mem_node}:"
+        if c.latency_ns is None:
+            assert any(note.startswith(cell) for note in result.notes), result.notes
+        else:
+            assert c.latency_ns >= 0
         assert c.threads == 2
     assert result.cpu_nodes == [0, 1]  # the memory-only node is a column, never a row
     assert result.mem_nodes == [0, 1, 2]
