@@ -320,7 +320,8 @@ def fake_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., F
 def test_probe_refuses_a_captured_host(args: List[str], option: str) -> None:
     result = run_cli(["probe", *args])
     assert result.exit_code == 2
-    assert result.output == (
+    assert result.stdout == ""  # click 8.2+ also mixes stderr into .output; 8.1 does not
+    assert result.stderr == (
         f"strata-doctor: error: probe measures the live host only; {option} replays a captured one\n")
 
 
@@ -330,8 +331,8 @@ def test_probe_refuses_a_full_node_in_one_line(fake_cli: Callable[..., object]) 
     fake_cli(nodes)
     result = run_cli(["probe", "--size", "64MiB", "--seconds", "0.1"])
     assert result.exit_code == 2
-    assert result.output.count("\n") == 1
-    assert result.output.startswith("strata-doctor: error: node 0 has 10.00 MiB free")
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("strata-doctor: error: node 0 has 10.00 MiB free")
 
 
 def test_probe_json_and_save(fake_cli: Callable[..., object], tmp_path: Path) -> None:
