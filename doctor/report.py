@@ -18,7 +18,7 @@ from strata_doctor import __version__
 from strata_doctor.binding import numactl_line
 from strata_doctor.context import HostContext, place_gpu
 from strata_doctor.engine import SYSTEMD_VERSION, EngineConfig, command_outcome
-from strata_doctor.facts import NVIDIA_SMI_QUERY, Gpu, normalize_address
+from strata_doctor.facts import NVIDIA_SMI_QUERY, Gpu, normalize_address, smi_address
 from strata_doctor.model import CheckResult, Finding, Severity
 from strata_doctor.oomd import OOMD_ACTIVE
 from strata_doctor.parse import (
@@ -450,7 +450,7 @@ def parse_smi_query(text: str) -> Dict[str, SmiGpu]:
         fields = [f.strip() for f in line.split(",")]
         if len(fields) < 2 or fields[0].lower().startswith("pci.bus_id"):
             continue
-        address = _smi_address(fields[0])
+        address = smi_address(fields[0])
         if address is None:
             continue
         memory = fields[2] if len(fields) > 2 and fields[2] else None
@@ -473,13 +473,6 @@ def private_values(root: Root) -> List[Tuple[str, str]]:
         if len(fields) > 5:
             values.append(("serial", fields[5]))
     return values
-
-
-def _smi_address(text: str) -> Optional[str]:
-    match = re.match(r"^([0-9A-Fa-f]+):([0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$", text)
-    if not match:
-        return None
-    return f"{int(match.group(1), 16):04x}:{match.group(2).lower()}"
 
 
 def gpu_lines(ctx: HostContext) -> Tuple[GpuLine, ...]:
