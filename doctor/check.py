@@ -8,7 +8,7 @@ the :class:`~strata_doctor.root.Command` a check declares is imported from here.
 
 from __future__ import annotations
 
-from typing import ClassVar, Iterator, Optional, Sequence
+from typing import ClassVar, Iterator, Optional, Sequence, Tuple
 
 from strata_doctor.context import HostContext
 from strata_doctor.model import Evidence, Finding, Fix, Severity
@@ -28,6 +28,11 @@ class Check:
     doc: ClassVar[str] = ""
     """Where the check is documented (a URL, for a plug-in); empty: the built-in page
     ``docs/checks/<id>.md``, whose Findings section lists every finding id."""
+    findings: ClassVar[Tuple[str, ...]] = ()
+    """Every finding id the check may yield (kebab-case), as its page lists them.
+    ``--ignore``/``--only``/``--skip CHECK/FINDING`` accept only these; empty: not declared
+    (a plug-in written before this attribute), and any finding id of the check is accepted.
+    Every built-in declares its ids (tests/test_finding_ids.py)."""
 
     def commands(self, ctx: HostContext) -> Sequence[Command]:
         """External commands this check will run, so they can be started together."""

@@ -252,17 +252,17 @@ def known_node(ctx: Any, numa: str, source: str) -> None:
 
 
 def known_ids(values: Sequence[str], option: str) -> None:
-    """Every ``CHECK`` or ``CHECK/FINDING`` of ``--ignore``/``--only``/``--skip`` names a check."""
-    from strata_doctor.registry import all_checks
+    """Every ``CHECK`` or ``CHECK/FINDING`` of ``--ignore``/``--only``/``--skip`` names a check,
+    and a finding that check declares (registry.unknown_id)."""
+    from strata_doctor.registry import all_checks, unknown_id
 
     if not values:
         return
     checks, failed = all_checks()
-    known = sorted({c.id for c in checks} | {c.check for c in failed})
     for value in values:
-        check = value.partition("/")[0]
-        if check not in known or value.endswith("/"):
-            raise UsageFailure(f"{option} {value}: unknown check {check!r} (known: {', '.join(known)})")
+        why = unknown_id(value, checks, (c.check for c in failed))
+        if why:
+            raise UsageFailure(f"{option} {value}: {why}")
 
 
 def _unpack_bundle(path: str) -> str:

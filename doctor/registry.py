@@ -25,6 +25,26 @@ def valid_id(check_id: str) -> bool:
     return bool(_ID.match(check_id))
 
 
+def unknown_id(value: str, checks: Sequence[Type[Check]], unloaded: Iterable[str] = ()) -> Optional[str]:
+    """Why ``CHECK`` or ``CHECK/FINDING`` (``--ignore``, ``--only``, ``--skip``) names nothing
+    that ``checks`` declare, with the known ids; None when it names something.
+
+    ``unloaded`` are plug-ins that failed to load: their ids are known, their findings are
+    not, so any finding of theirs is accepted, as is any finding of a check that declares
+    none (:attr:`Check.findings` empty: a plug-in written before it existed).
+    """
+    check, slash, finding = value.partition("/")
+    declared = {cls.id: cls.findings for cls in checks}
+    known = sorted(set(declared) | set(unloaded))
+    if check not in known:
+        return f"unknown check {check!r} (known: {', '.join(known)})"
+    findings = declared.get(check, ())
+    if slash and (not finding or (findings and finding not in findings)):
+        listed = ", ".join(findings) or "any id"
+        return f"unknown finding {finding!r} of {check} (known: {listed})"
+    return None
+
+
 def builtin_checks() -> Tuple[Type[Check], ...]:
     """The built-in checks, in display order."""
     from strata_doctor.checks import BUILTIN
