@@ -24,6 +24,7 @@ class ArenaFit(Check):
 
     id = "arena-fit"
     title = "Arena fits the node"
+    findings = ("fits", "low-free", "does-not-fit", "unknown-memory")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if ctx.config.arena_bytes is None:
