@@ -31,6 +31,7 @@ class CgroupLimits(Check):
 
     id = "cgroup-limits"
     title = "Cgroup and container limits"
+    findings = ("memory-max", "memory-high", "cpuset-mems", "cpuset-cpus", "no-cap-sys-nice", "ok")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         limits = ctx.engine_limits
