@@ -27,6 +27,7 @@ class CpuContention(Check):
 
     id = "cpu-contention"
     title = "CPU contention on the engine's node"
+    findings = ("shared-cpus", "reserved", "configured")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if len(ctx.numa.cpu_nodes) < 2:
