@@ -34,6 +34,7 @@ class CpuFrequencyCheck(Check):
 
     id = "cpu-frequency"
     title = "CPU frequency policy"
+    findings = ("powersave", "power-preference", "turbo-off", "low-power-profile", "performance", "no-policy")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if not ctx.cpu_frequency.known:
