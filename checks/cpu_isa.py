@@ -35,6 +35,7 @@ class CpuIsa(Check):
 
     id = "cpu-isa"
     title = "CPU instruction set"
+    findings = ("isa", "kernel-withholds", "no-avx2", "unknown")
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         cpu = ctx.cpu
