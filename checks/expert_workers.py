@@ -26,6 +26,7 @@ class ExpertWorkers(Check):
 
     id = "expert-workers"
     title = "Expert workers and cores"
+    findings = ("oversubscribed", "smt-siblings", "fits")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if ctx.config.workers is None:
