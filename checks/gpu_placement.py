@@ -38,6 +38,8 @@ class GpuPlacementCheck(Check):
 
     id = "gpu-placement"
     title = "GPU placement"
+    findings = ("placed", "node-from-cpulist", "unknown-node", "numa-node-contradiction",
+                "local-cpus-contradiction", "persistence-off", "no-compute-gpu", "no-gpu")
 
     def commands(self, ctx: HostContext) -> Sequence[Command]:
         gpu = ctx.placement.gpu if ctx.placement else None
