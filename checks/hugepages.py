@@ -62,6 +62,8 @@ class Hugepages(Check):
 
     id = "hugepages"
     title = "Hugepage pool"
+    findings = ("trap", "unusable-pool", "too-small", "configured", "trap-at-boot", "unused-pool",
+                "in-use", "wrong-node", "orphans", "surplus", "fits", "no-pool", "unreadable")
 
     def commands(self, ctx: HostContext) -> Sequence[Command]:
         return oomd_commands(ctx.config.unit)
