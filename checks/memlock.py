@@ -31,6 +31,7 @@ class Memlock(Check):
 
     id = "memlock"
     title = "Locked-memory limit"
+    findings = ("too-low", "configured", "ok")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         limits = ctx.engine_limits
