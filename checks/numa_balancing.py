@@ -32,6 +32,7 @@ class NumaBalancing(Check):
 
     id = "numa-balancing"
     title = "Automatic NUMA balancing"
+    findings = ("enabled", "configured", "off", "unsupported", "unreadable")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if len(ctx.numa.cpu_nodes) < 2:
