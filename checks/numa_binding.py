@@ -38,6 +38,7 @@ class NumaBinding(Check):
 
     id = "numa-binding"
     title = "Engine NUMA binding"
+    findings = ("bound", "configured", "unbound", "wrong-node", "nothing-to-bind")
 
     def commands(self, ctx: HostContext) -> Sequence[Command]:
         return (unit_command(ctx.config.unit), SYSTEMD_VERSION)  # the fix depends on the version
