@@ -26,6 +26,8 @@ class NumaTopology(Check):
 
     id = "numa-topology"
     title = "NUMA topology"
+    findings = ("layout", "single-node", "no-numa", "memory-only-node", "memoryless-node",
+                "firmware-quirk", "offline-cpus")
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         numa = ctx.numa
