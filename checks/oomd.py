@@ -46,6 +46,8 @@ class Oomd(Check):
 
     id = "oomd"
     title = "OOM killer (systemd-oomd)"
+    findings = ("trap-chain", "exposed", "configured", "protected", "not-watched", "inactive", "cgroup-v1",
+                "unknown-cgroup")
 
     def commands(self, ctx: HostContext) -> Sequence[Command]:
         return oomd_commands(ctx.config.unit)
