@@ -32,6 +32,7 @@ class PageCache(Check):
 
     id = "page-cache"
     title = "Page cache on the GPU's node"
+    findings = ("cache-fills-node", "short", "fits", "engine-placed")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if ctx.target_node is None:
