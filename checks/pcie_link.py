@@ -32,6 +32,7 @@ class PcieLinkCheck(Check):
 
     id = "pcie-link"
     title = "GPU PCIe link"
+    findings = ("narrow", "narrow-path", "idle-speed", "slow-path", "full")
 
     def commands(self, ctx: HostContext) -> Sequence[Command]:
         gpu = ctx.placement.gpu if ctx.placement else None
