@@ -30,6 +30,7 @@ class SubNumaClustering(Check):
 
     id = "sub-numa-clustering"
     title = "Sub-NUMA clustering (SNC, NPS)"
+    findings = ("split", "off", "unknown")
 
     def commands(self, ctx: HostContext) -> Sequence[Command]:
         return (DETECT_VIRT,)
