@@ -27,6 +27,7 @@ class Swap(Check):
 
     id = "swap"
     title = "Swap and the arena"
+    findings = ("swappable", "configured", "swap-max-0", "locked", "off")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         limits = ctx.engine_limits
