@@ -35,6 +35,7 @@ class TransparentHugepages(Check):
 
     id = "transparent-hugepages"
     title = "Transparent hugepages"
+    findings = ("never", "configured", "madvise", "always", "enabled", "not-needed", "off", "defrag-stalls")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if not ctx.thp.available:
