@@ -27,6 +27,7 @@ class VirtualNuma(Check):
 
     id = "virtual-numa"
     title = "Virtualized NUMA"
+    findings = ("guest", "bare-metal")
 
     def commands(self, ctx: HostContext) -> Sequence[Command]:
         return (DETECT_VIRT,)
