@@ -391,7 +391,8 @@ def list_checks_command(fmt: str) -> None:
 
     checks, failed = all_checks()
     if fmt == "json":
-        rows = [{"id": c.id, "title": c.title, "doc": (c.__doc__ or "").strip()} for c in checks]
+        rows = [{"id": c.id, "title": c.title, "findings": list(c.findings), "doc": (c.__doc__ or "").strip()}
+                for c in checks]
         click.echo(json.dumps(rows, indent=2))
         return
     width = max(len(c.id) for c in checks)
