@@ -61,7 +61,7 @@ class NumaTopology(Check):
                 "offline-cpus", Severity.INFO,
                 f"{len(numa.offline_cpus)} CPUs are offline ({format_cpulist(numa.offline_cpus)}); "
                 "they are left out of every CPU list",
-                evidence=(Evidence("/sys/devices/system/cpu/offline", format_cpulist(numa.offline_cpus)),),
+                evidence=(Evidence(numa.offline_source, format_cpulist(numa.offline_cpus)),),
             )
 
     def _node_evidence(self, ctx: HostContext) -> Iterator[Evidence]:

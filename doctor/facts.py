@@ -77,9 +77,13 @@ class NumaFacts(NamedTuple):
     online_cpus: FrozenSet[int]
     """From ``/sys/devices/system/cpu/online`` (else the nodes' CPUs)."""
     offline_cpus: FrozenSet[int]
-    """From ``/sys/devices/system/cpu/offline``."""
+    """From ``/sys/devices/system/cpu/offline`` (without ``cpu/online``, also each ``cpuN/online``
+    that reads 0)."""
     quirks: Tuple[str, ...]
     """Firmware or kernel oddities seen while reading, one line each."""
+    offline_source: str = "/sys/devices/system/cpu/offline"
+    """Where ``offline_cpus`` came from: ``cpu/offline``, or ``cpu*/online`` when a capture
+    without ``cpu/online`` says it per CPU."""
 
     def node(self, node_id: int) -> Optional[NumaNode]:
         """The node with this id, if present."""
@@ -119,12 +123,15 @@ def read_numa(root: Root) -> NumaFacts:
     )
     if not online:
         online = frozenset().union(*(cpus for _, cpus, _, _, _ in raw)) - offline
+    offline_source = f"{CPU_DIR}/offline"
     if root.read(f"{CPU_DIR}/online") is None:
         # Old or trimmed sysfs without cpu/online: each cpuN/online still says 0 for an
         # offline CPU (lstopo drops those); a CPU without the file (cpu0) is online.
         per_cpu = _per_cpu_online(root)
         if per_cpu is not None:
             present, down = per_cpu
+            if not down <= offline:
+                offline_source = f"{CPU_DIR}/cpu*/online"
             offline = offline | down
             online = (online or present) - offline
     if not online:
@@ -149,7 +156,7 @@ def read_numa(root: Root) -> NumaFacts:
         )
     quirks.extend(_symmetry_quirks(nodes))
     quirks.extend(_overlap_quirks(nodes))
-    return NumaFacts(tuple(nodes), online, offline, tuple(quirks))
+    return NumaFacts(tuple(nodes), online, offline, tuple(quirks), offline_source)
 
 
 def _per_cpu_online(root: Root) -> Optional[Tuple[FrozenSet[int], FrozenSet[int]]]:
