@@ -200,18 +200,20 @@ MAX_SETTING_SIZE = 1024**5
 def parse_setting_size(text: str, zero_ok: bool = False, unit_required: bool = True) -> int:
     """A size the operator writes (``arena:``, ``--kv``): :func:`parse_size` with a unit
     required (unless ``unit_required`` is false: a config file's plain YAML integer, which
-    is bytes, as a bundle writes its settings), more than 0 (unless ``zero_ok``), and at
-    most 1 PiB.
+    is bytes, as a bundle writes its settings), more than 0 (unless ``zero_ok``; zero is
+    refused as zero, and allowed without a unit), and at most 1 PiB.
 
     Binary units are the single letters and the ``iB`` forms (``G`` = ``GiB`` = 2^30, as
     systemd and ``free -g`` count); ``KB``, ``MB``, ``GB``, ``TB`` are decimal (``GB`` = 10^9).
     """
     value = parse_size(text)
+    if value == 0:  # said before the unit: "0GiB" is no better an arena than "0"
+        if not zero_ok:
+            raise ValueError(f"{text!r} is zero; give the size in use, e.g. 46.84GiB")
+        return 0
     match = _SIZE_RE.match(str(text))
     if unit_required and match is not None and not match.group(2):
         raise ValueError(f"{text!r} has no unit (write e.g. {text}GiB or {text}MiB)")
-    if value == 0 and not zero_ok:
-        raise ValueError(f"{text!r} is zero; give the size in use, e.g. 46.84GiB")
     if value > MAX_SETTING_SIZE:
         raise ValueError(f"{text!r} is more than 1 PiB; no host has that much memory")
     return value

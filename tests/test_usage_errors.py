@@ -97,13 +97,29 @@ def test_gpu_address_not_on_the_host_still_lists_the_found_ones(two_node_host: P
 @pytest.mark.parametrize("value, says", [
     ("1024", "has no unit"),
     ("0GiB", "is zero"),
-    ("0", "has no unit"),
+    ("0", "'0' is zero"),
+    ("0.0", "'0.0' is zero"),
     ("99999999999999999999999TiB", "more than 1 PiB"),
     ("2PiB", "not a size"),
 ])
 def test_sizes_need_a_unit_and_a_sane_value(two_node_host: Path, value: str, says: str) -> None:
     line = _fails(["check", "--root", str(two_node_host), "--arena", value])
     assert says in line and "arena" in line
+
+
+@pytest.mark.parametrize("value", ["0", "0GiB"])
+def test_a_zero_kv_needs_no_unit(two_node_host: Path, value: str) -> None:
+    result = run_cli(["check", "--root", str(two_node_host), "--arena", "10GiB", "--kv", value])
+    assert result.exit_code in (0, 1), result.stderr
+
+
+def test_zero_is_said_before_the_unit() -> None:
+    from strata_doctor.parse import parse_setting_size
+
+    with pytest.raises(ValueError, match="is zero") as refused:
+        parse_setting_size("0")
+    assert "0GiB" not in str(refused.value)
+    assert parse_setting_size("0", zero_ok=True) == 0
 
 
 def test_config_size_without_unit(two_node_host: Path) -> None:
