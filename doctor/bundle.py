@@ -4,7 +4,7 @@
 FILE`` (or ``--root`` on the unpacked folder) replays it. The archive holds a single folder,
 :data:`TOP`, laid out as a captured root (docs/capture-layout.md)::
 
-    strata-doctor-bundle/manifest.json      every entry: size, sha256; every unreadable thing
+    strata-doctor-bundle/manifest.json      every entry: size, sha256; what was unreadable, absent
     strata-doctor-bundle/report.md          the Markdown report
     strata-doctor-bundle/check.json         the check JSON
     strata-doctor-bundle/sys/..., proc/...  the files the checks read, as read
@@ -32,7 +32,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from strata_doctor.engine import CONFIG_SOURCE, DEFAULT_CONFIG, EngineConfig
 from strata_doctor.processes import engine_cmdline
@@ -69,10 +69,16 @@ class Capture:
     entries: Tuple[Entry, ...]
     """Files, folders and links, sorted by path."""
     unreadable: Tuple[Tuple[str, str], ...]
-    """(host path or ``$ command``, reason)."""
+    """(host path or ``$ command``, reason) for what exists and could not be read: the
+    report's own list (``report.unreadable_items``), so both say the same count."""
     listings: Tuple[Tuple[str, int, int], ...]
     """(folder, entries on the host, entries nothing was read below): every name is kept,
     the ones nothing was read below as empty stand-ins, so a replay lists the same names."""
+    absent: Tuple[Tuple[str, str], ...] = ()
+    """(host path or ``$ command``, reason) for paths looked for and not on the host, and
+    programs not found: answers about the host, not read failures."""
+    not_read: Tuple[Tuple[str, str], ...] = ()
+    """(host path, note) for files only stat'ed or walked: bundled empty, never read."""
 
 
 @dataclass(frozen=True)
@@ -86,20 +92,23 @@ class BundleInfo:
     entries: int
     """Members in the archive."""
     unreadable: int
-    """Things listed as not readable in the manifest."""
+    """Paths and commands that could not be read, as the manifest lists them."""
 
 
 # -- collecting -----------------------------------------------------------------
-def capture(root: Root) -> Capture:
-    """Turn the root's records (reads, listings, commands, probes, stats) into entries."""
+def capture(root: Root, unreadable: Sequence[Tuple[str, str]],
+            absent: Sequence[Tuple[str, str]]) -> Capture:
+    """Turn the root's records (reads, listings, commands, probes, stats) into entries.
+
+    ``unreadable`` and ``absent`` are the report's lists of the same records
+    (``report.unreadable_items``, ``report.absent_items``): counted once, said alike.
+    """
     reads = dict(root.reads)
     commands = dict(root.commands)
     builder = _Builder(root)
-    unreadable: List[Tuple[str, str]] = []
+    gone: List[Tuple[str, str]] = list(absent)
     for path, reason in sorted(reads.items()):
-        if reason is not None:
-            unreadable.append((path, reason))
-        elif not path.endswith("/"):
+        if reason is None and not path.endswith("/"):
             builder.add_read(path)
     listings = [builder.add_listing(path[:-1] or "/") for path, reason in sorted(reads.items())
                 if reason is None and path.endswith("/")]
@@ -109,11 +118,12 @@ def capture(root: Root) -> Capture:
     builder.add_stats({p: st for p, st in root.stats.items() if st is not None and p not in reads})
     for key, result in sorted(commands.items()):
         note = builder.add_command(key, result)
-        if note:
-            unreadable.append((result.display, note))
-    unreadable.extend((path, f"looked at, not read: bundled empty ({size} bytes on the host)")
-                      for path, size in sorted(builder.stand_ins.values()))
-    return Capture(builder.sorted_entries(), tuple(sorted(unreadable)), tuple(listings))
+        if note and result.missing:  # a failed command is in ``unreadable`` already
+            gone.append((result.display, note))
+    not_read = tuple((path, f"looked at, not read: bundled empty ({size} bytes on the host)")
+                     for path, size in sorted(builder.stand_ins.values()))
+    return Capture(builder.sorted_entries(), tuple(sorted(unreadable)), tuple(listings),
+                   tuple(sorted(gone)), not_read)
 
 
 class _Builder:
@@ -407,6 +417,8 @@ def manifest_data(captured: Capture, members: List[Entry], redactor: Redactor) -
         "redactions": redactor.counts(),
         "entries": rows,
         "unreadable": [{"what": what, "reason": why} for what, why in captured.unreadable],
+        "absent": [{"what": what, "reason": why} for what, why in captured.absent],
+        "not_read": [{"what": what, "reason": why} for what, why in captured.not_read],
         "listings": [{"path": p, "host_entries": n, "empty_stand_ins": k} for p, n, k in captured.listings],
         "notes": [
             f"{DEFAULT_CONFIG} holds the engine settings in effect when the bundle was written;"
@@ -474,7 +486,49 @@ def unpack(path: str | os.PathLike[str]) -> Path:
     top = target / TOP
     if not (top / "manifest.json").is_file():
         raise ValueError(f"no {TOP}/manifest.json in the archive")
+    verify_manifest(top)
     return top
+
+
+def verify_manifest(top: Path) -> None:
+    """Refuse, with ValueError naming the member, an unpacked bundle that is not the one
+    written: a file the manifest lists that is missing or differs in size or sha256, a
+    link with another target, or a file or link below a folder that the manifest does not
+    list. The documents at the top (``manifest.json``, ``report.md``, ``check.json``) are
+    not listed, and no replay reads them."""
+    try:
+        rows = json.loads((top / "manifest.json").read_bytes())["entries"]
+        listed = {row["path"]: row for row in rows}
+    except (ValueError, KeyError, TypeError) as exc:  # not JSON, not UTF-8, no entries
+        raise ValueError(f"{TOP}/manifest.json lists no entries ({type(exc).__name__})") from None
+    base = os.path.realpath(top)
+    for path, row in listed.items():
+        parts = str(path).split("/")
+        if not isinstance(path, str) or parts[0] or ".." in parts or not isinstance(row, dict):
+            raise ValueError(f"{TOP}/manifest.json names {path!r}, which is no path in the bundle")
+        member, found = TOP + path, top / path.lstrip("/")
+        real = os.path.realpath(found)
+        if real != base and not real.startswith(base + os.sep):
+            raise ValueError(f"member {member!r} resolves outside the bundle")
+        kind = row.get("kind")
+        if kind == "link" and (not found.is_symlink() or os.readlink(found) != row.get("target")):
+            raise ValueError(f"member {member!r} is not the link manifest.json lists "
+                             f"(to {row.get('target')!r}): changed after the bundle was written")
+        if kind != "file":
+            continue
+        if found.is_symlink() or not found.is_file():
+            raise ValueError(f"member {member!r} is listed in manifest.json but missing")
+        data = found.read_bytes()
+        if len(data) != row.get("size") or hashlib.sha256(data).hexdigest() != row.get("sha256"):
+            raise ValueError(f"member {member!r} does not match its size and sha256 in manifest.json: "
+                             "changed after the bundle was written")
+    for folder, dirs, files in os.walk(top):
+        below = Path(folder).relative_to(top).as_posix()
+        if below == ".":
+            continue  # the documents
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+            if f"/{below}/{name}" not in listed:
+                raise ValueError(f"member '{TOP}/{below}/{name}' is not listed in manifest.json")
 
 
 def _validate(members: List[tarfile.TarInfo]) -> None:

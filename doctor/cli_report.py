@@ -78,7 +78,7 @@ def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], n
         redactor.learn_host(root)
         for kind, value in private_values(root):
             redactor.add(kind, value)
-    bundle_parts = _prepare_bundle(root, ctx, redactor) if bundle_out else None
+    bundle_parts = _prepare_bundle(root, ctx, redactor, report) if bundle_out else None
     markdown, data, check = _render(report, check_data, redactor)
     text = markdown if fmt == "markdown" else json.dumps(data, indent=2, sort_keys=True) + "\n"
     if bundle_out and bundle_parts is not None:
@@ -106,10 +106,10 @@ def _check_outputs(output: Optional[str], bundle_out: Optional[str]) -> None:
                                "redirect it to a file or a pipe")
 
 
-def _prepare_bundle(root: Any, ctx: Any, redactor: Any) -> Tuple[Any, List[Any]]:
+def _prepare_bundle(root: Any, ctx: Any, redactor: Any, report: Any) -> Tuple[Any, List[Any]]:
     from strata_doctor.bundle import capture, redact_capture
 
-    captured = capture(root)
+    captured = capture(root, report.unreadable, report.absent)
     return captured, redact_capture(captured, redactor, ctx.config)
 
 
@@ -135,6 +135,7 @@ def _render(
 def _write_bundle(path: str, parts: Tuple[Any, List[Any]], redactor: Any, markdown: str,
                   check_data: Dict[str, Any]) -> None:
     from strata_doctor.bundle import write_bundle
+    from strata_doctor.report import could_not_read
 
     captured, members = parts
     documents = {
@@ -151,9 +152,10 @@ def _write_bundle(path: str, parts: Tuple[Any, List[Any]], redactor: Any, markdo
         raise UsageFailure(f"--bundle {path}: cannot write: {exc.strerror or exc}") from None
     where, replay = (("the bundle to standard output", "FILE.tar.gz") if is_stdout(path)
                      else (info.path, info.path))
+    # The report's own count (Report.unreadable), said in the report's words.
+    unread = could_not_read(info.unreadable) + (", listed in manifest.json" if info.unreadable else "")
     click.echo(
-        f"strata-doctor: wrote {where} ({info.size / 1024:.1f} KiB, {info.entries} entries, "
-        f"{info.unreadable} unreadable things listed in manifest.json); "
+        f"strata-doctor: wrote {where} ({info.size / 1024:.1f} KiB, {info.entries} entries, {unread}); "
         f"replay with: strata-doctor check --bundle {replay}",
         err=True,
     )

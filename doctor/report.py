@@ -8,6 +8,7 @@ the host's Root, so a bundle replays the report as well as the checks.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -19,6 +20,7 @@ from strata_doctor.binding import numactl_line
 from strata_doctor.context import HostContext, place_gpu
 from strata_doctor.engine import SYSTEMD_VERSION, EngineConfig, command_outcome
 from strata_doctor.facts import NVIDIA_SMI_QUERY, Gpu, normalize_address, smi_address
+from strata_doctor.facts_cpu_policy import DETECT_VIRT
 from strata_doctor.model import CheckResult, Finding, Severity
 from strata_doctor.oomd import OOMD_ACTIVE
 from strata_doctor.parse import (
@@ -39,6 +41,12 @@ ISA_NAMES = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16"
              "avx512_vnni": "AVX-512 VNNI", "amx_tile": "AMX", "amx_bf16": "AMX BF16"}
 HOME_PARENTS = ("home", "Users")
 COMMAND_LINES = 60  # raw command output shown per command in the evidence block
+ABSENT_REASONS = frozenset({"missing", "not a link", os.strerror(errno.ENOENT), os.strerror(errno.ENOTDIR)})
+"""Reasons Root records for a path that is not on the host (``readlink`` of a file that is
+no link among them): an answer about the host, never a read failure."""
+STATUS_ANSWERS = frozenset({OOMD_ACTIVE.key, DETECT_VIRT.key})
+"""Commands whose exit status is part of their answer: ``systemctl is-active`` prints
+``inactive`` and exits 3, ``systemd-detect-virt --vm`` prints ``none`` and exits 1."""
 
 
 @dataclass(frozen=True)
@@ -240,6 +248,18 @@ class CommandLine:
 
 
 @dataclass(frozen=True)
+class MissingProgram:
+    """A program not found on the host (or not captured), named once however many of its
+    command lines were asked for (``nvidia-smi`` runs three ways)."""
+
+    program: str
+    """The program's name, ``nvidia-smi``."""
+    commands: Tuple[str, ...]
+    """The command lines of it that were not found, when others of it were; empty when none
+    of them was."""
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything the report shows, before redaction and rendering."""
 
@@ -264,7 +284,8 @@ class Report:
     commands: Tuple[CommandLine, ...]
     """Commands run (or replayed), with output."""
     unreadable: Tuple[Tuple[str, str], ...]
-    """(host path or command, reason) for what could not be read."""
+    """(host path or command, reason) for what exists and could not be read: a permission
+    refused, an I/O error, a command that failed or timed out (:func:`unreadable_items`)."""
     root_would_add: Tuple[str, ...]
     """What could not be read without root, one line each."""
     live: bool
@@ -275,6 +296,11 @@ class Report:
     host_map: Optional[str] = None
     """The host as a Mermaid flowchart, as ``strata-doctor map --format mermaid`` draws it
     (docs/map.md); None when the configuration names a node the host lacks."""
+    absent: Tuple[Tuple[str, str], ...] = ()
+    """(host path, reason) for each path looked for and not on the host (an optional file
+    such as ``/etc/strata-doctor.yaml``): answers, not read failures (:func:`absent_items`)."""
+    missing_programs: Tuple[MissingProgram, ...] = ()
+    """Programs the checks or the report would run and the host lacks, one each."""
 
 
 def build_report(ctx: HostContext, results: Sequence[CheckResult], code: int) -> Report:
@@ -339,6 +365,8 @@ def _with_provenance(report: Report, root: Root) -> Report:
         commands=tuple(command_line(r) for _, r in sorted(root.commands.items())),
         unreadable=tuple(unreadable_items(root)),
         root_would_add=tuple(root_would_add(root)),
+        absent=tuple(absent_items(root)),
+        missing_programs=tuple(missing_programs(root)),
     )
 
 
@@ -633,12 +661,58 @@ def command_line(result: CommandResult) -> CommandLine:
 
 
 def unreadable_items(root: Root) -> List[Tuple[str, str]]:
-    """(path or command, reason) for each thing that could not be read."""
-    items = [(path, reason) for path, reason in sorted(root.reads.items()) if reason is not None]
+    """(path or command, reason) for each thing that exists and could not be read.
+
+    The one list behind the report's count and ``report --bundle``'s (its manifest's
+    ``unreadable``). A path that is not there is no failure (:func:`absent_items`), nor is a
+    program the host lacks (:func:`missing_programs`).
+    """
+    items = [(path, reason) for path, reason in sorted(root.reads.items())
+             if reason is not None and reason not in ABSENT_REASONS]
     for _, result in sorted(root.commands.items()):
-        if not result.ok:
-            items.append((result.display, command_outcome(result)))
+        failure = command_failure(result)
+        if failure is not None:
+            items.append((result.display, failure))
     return items
+
+
+def absent_items(root: Root) -> List[Tuple[str, str]]:
+    """(path, reason) for each path looked for and not on the host."""
+    return [(path, reason) for path, reason in sorted(root.reads.items())
+            if reason is not None and reason in ABSENT_REASONS]
+
+
+def command_failure(result: CommandResult) -> Optional[str]:
+    """Why a command the host has gave nothing to read (``timed out``, ``exit 1: <stderr>``),
+    or None when it answered, a non-zero status that is an answer included."""
+    if result.missing or result.ok:
+        return None
+    if result.timed_out:
+        return "timed out"
+    if result.key in STATUS_ANSWERS and result.stdout.strip():
+        return None
+    err = result.stderr.strip().splitlines()
+    return command_outcome(result) + (f": {err[0]}" if err else "")
+
+
+def missing_programs(root: Root) -> List[MissingProgram]:
+    """Each program with a command line not found, named once, in name order."""
+    asked: Dict[str, List[CommandResult]] = {}
+    for _, result in sorted(root.commands.items()):
+        asked.setdefault(result.argv[0], []).append(result)
+    missing = []
+    for program, results in sorted(asked.items()):
+        gone = [r.display for r in results if r.missing]
+        if gone:
+            missing.append(MissingProgram(program, () if len(gone) == len(results) else tuple(gone)))
+    return missing
+
+
+def could_not_read(count: int) -> str:
+    """The count of :func:`unreadable_items` in words, as the report and ``report --bundle``
+    both say it: ``1 path or command could not be read``."""
+    plural = "" if count == 1 else "s"
+    return f"{count} path{plural} or command{plural} could not be read"
 
 
 def root_would_add(root: Root) -> List[str]:
@@ -670,7 +744,7 @@ def render_markdown(report: Report, redaction: Optional[List[str]]) -> str:
     from strata_doctor.templates import environment
 
     env = environment()
-    env.filters.update(size=_size, md=markdown_escape, yesno=_yes_no)
+    env.filters.update(size=_size, md=markdown_escape, yesno=_yes_no, could_not_read=could_not_read)
     template = env.get_template("report.md.j2")
     text = template.render(
         report=report,

@@ -161,7 +161,7 @@ def test_host_without_systemd_or_nvidia_smi(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert "systemd: not found" in result.stdout
     assert "NVIDIA driver: not found" in result.stdout
-    assert "- `$ nvidia-smi`: not found (not captured)" in result.stdout
+    assert "- `nvidia-smi`: not found (not captured)" in result.stdout
 
 
 def test_smi_query_parser() -> None:
@@ -173,6 +173,71 @@ def test_smi_query_parser() -> None:
     assert rows["0000:84:00.0"].name == "NVIDIA GeForce GTX 1080 Ti"
     assert rows["0000:84:00.0"].memory == "11264 MiB"
     assert rows["0000:03:00.0"].memory is None
+
+
+# -- what was not seen, counted once -----------------------------------------------
+def _not_seen(text: str) -> str:
+    start = text.index("## What was not seen")
+    return text[start:text.index("<details>", start)]
+
+
+def test_a_missing_program_is_named_once(tmp_path: Path) -> None:
+    """nvidia-smi runs three ways (its table, --query-gpu, -q); a host without it says so once."""
+    root = write_tree(tmp_path / "bare", two_node_files())
+    section = _not_seen(run_cli(["report", "--root", str(root)]).stdout)
+    assert [line for line in section.splitlines() if "nvidia-smi" in line] == [
+        "- `nvidia-smi`: not found (not captured)"]
+    assert len([line for line in section.splitlines() if "systemctl" in line]) == 1
+
+
+def test_a_program_captured_in_part_is_one_line_naming_what_is_not(planted_host: Path) -> None:
+    section = _not_seen(run_cli(["report", "--root", str(planted_host)]).stdout)
+    lines = [line for line in section.splitlines() if "nvidia-smi" in line]
+    assert lines == ["- `nvidia-smi`: not captured: `$ nvidia-smi -q`"], section
+
+
+def _counts(report: str, message: str) -> tuple[int, int]:
+    said = re.search(r"^- (\d+) paths? or commands? could not be read", report, re.M)
+    bundled = re.search(r"(\d+) paths? or commands? could not be read, listed in manifest.json", message)
+    assert said and bundled, (report, message)
+    return int(said.group(1)), int(bundled.group(1))
+
+
+def test_report_and_bundle_count_the_same_unreadable_things(tmp_path: Path) -> None:
+    """Absent optional files (no /etc/strata-doctor.yaml, no oomd.conf.d) are facts, not
+    read failures; a file that cannot be read and a command that failed are, in both counts."""
+    files = two_node_files()
+    commands = "/.strata-doctor/commands"
+    files.update({
+        "/proc/sys/kernel/osrelease/stray": "a folder where a file should be\n",
+        f"{commands}/oomctl-dump.txt": "",
+        f"{commands}/oomctl-dump.rc": "1\n",
+        f"{commands}/oomctl-dump.err": "Failed to connect to systemd-oomd\n",
+        # is-active's status is its answer: "inactive" with exit 3 was read
+        f"{commands}/systemctl-is-active-systemd-oomd.service.txt": "inactive\n",
+        f"{commands}/systemctl-is-active-systemd-oomd.service.rc": "3\n",
+    })
+    root = write_tree(tmp_path / "h", files)
+    bundle = tmp_path / "b.tar.gz"
+    result = run_cli(["report", "--root", str(root), "--bundle", str(bundle)])
+    assert result.exit_code == 0, result.stderr
+    said, bundled = _counts(result.stdout, result.stderr)
+    assert said == bundled == 2
+    evidence = result.stdout[result.stdout.index("#### Could not be read"):]
+    unread = evidence.split("####")[1]
+    assert "`/proc/sys/kernel/osrelease`: is a directory" in unread
+    assert "`$ oomctl dump`: exit 1: Failed to connect to systemd-oomd" in unread
+    assert "strata-doctor.yaml" not in unread and "oomd.conf.d" not in unread
+    assert "is-active" not in unread
+    with tarfile.open(bundle) as tar:
+        handle = tar.extractfile("strata-doctor-bundle/manifest.json")
+        assert handle is not None
+        manifest = json.loads(handle.read())
+    assert len(manifest["unreadable"]) == said
+    absent = {row["what"]: row["reason"] for row in manifest["absent"]}
+    assert absent["/etc/strata-doctor.yaml"] == "missing"
+    assert absent["/etc/systemd/oomd.conf.d/"] == "No such file or directory"
+    assert absent["$ nvidia-smi"] == "not found"
 
 
 # -- redaction end to end ----------------------------------------------------------
