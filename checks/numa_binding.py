@@ -30,6 +30,7 @@ class NumaBinding(Check):
     allocation fails hard when the node fills). When the arena does not fit a sub-node
     (SNC/NPS), the socket's nodes are used with preferred-many (Linux 5.15+) or
     interleave. Silence with ``--ignore numa-binding`` or ``numa: off`` in the config.
+    ``numa: N`` binds to node N instead, and the findings call it the chosen node.
 
     When ``strata-doctor probe --save`` has left ``/var/lib/strata-doctor/probe.json`` for
     this CPU model and kernel, the measured local/remote read bandwidth of the GPU's node
@@ -117,7 +118,7 @@ class NumaBinding(Check):
                 f"{measured.remote_gbps:.1f} vs {measured.local_gbps:.1f} GB/s, measured)")
             penalty = f"{measured.ratio:.1f}x the time of a local read (measured)"
         summary = (
-            f"{ctx.config.unit} is not bound to the GPU's node {gpu_node}"
+            f"{ctx.config.unit} is not bound to {_target_text(ctx, gpu_node)}"
             if not state.wrong else f"{ctx.config.unit} is bound to the wrong node"
         )
         summary += f": {ratio_text}; run it under `{line}`" if ratio_text else f"; run it under `{line}`"
@@ -170,6 +171,19 @@ class NumaBinding(Check):
             if local and far:
                 ratios.append((max(far), local))
         return max(ratios) if ratios else None
+
+
+def _target_text(ctx: HostContext, node: Optional[int]) -> str:
+    """The node the engine should use, said for what it is: ``the GPU's node 1``, or, with
+    ``numa: N`` in the config, ``the chosen node 0 (the GPU is on node 1)``."""
+    if not ctx.config.numa.isdigit():
+        return f"the GPU's node {node}"
+    gpu = ctx.placement.node if ctx.placement is not None else None
+    if gpu is None:
+        return f"the chosen node {node}"
+    if gpu == node:
+        return f"the chosen node {node}, the GPU's"
+    return f"the chosen node {node} (the GPU is on node {gpu})"
 
 
 def _measured_note(saved: SavedProbe, measured: Optional[Remote], node: Optional[int]) -> str:
