@@ -32,6 +32,12 @@ class NumaBinding(Check):
     interleave. Silence with ``--ignore numa-binding`` or ``numa: off`` in the config.
     ``numa: N`` binds to node N instead, and the findings call it the chosen node.
 
+    When the engine's cgroup (a container's, or the unit's) has a ``cpuset.mems.effective``
+    without the target node, or a ``cpuset.cpus.effective`` with none of its CPUs, no binding
+    can work: the kernel clips every policy and affinity to the cpuset. cgroup-limits
+    reports that as an error with its fix; this check then says so as info and advises no
+    numactl line, so the one cause fails the check once.
+
     When ``strata-doctor probe --save`` has left ``/var/lib/strata-doctor/probe.json`` for
     this CPU model and kernel, the measured local/remote read bandwidth of the GPU's node
     replaces the firmware's distance ratio, and the gain of binding is estimated from it.
@@ -39,7 +45,7 @@ class NumaBinding(Check):
 
     id = "numa-binding"
     title = "Engine NUMA binding"
-    findings = ("bound", "configured", "unbound", "wrong-node", "nothing-to-bind")
+    findings = ("bound", "configured", "unbound", "wrong-node", "nothing-to-bind", "cgroup-excludes-node")
 
     def commands(self, ctx: HostContext) -> Sequence[Command]:
         return (unit_command(ctx.config.unit), SYSTEMD_VERSION)  # the fix depends on the version
@@ -55,6 +61,10 @@ class NumaBinding(Check):
         plan, state = ctx.binding_plan, ctx.binding_state
         if plan is None or state is None:
             yield self._nothing_to_bind(ctx)
+            return
+        fenced = self._cgroup_excludes(ctx)
+        if fenced is not None:
+            yield fenced
             return
         evidence = tuple(Evidence(s, v) for s, v in state.evidence)
         line = numactl_line(plan.mem_nodes, plan.cpu_nodes, plan.policy)
@@ -76,6 +86,40 @@ class NumaBinding(Check):
             )
         else:
             yield self._unbound(ctx, plan, state, line, evidence)
+
+    def _cgroup_excludes(self, ctx: HostContext) -> Optional[Finding]:
+        """Info when the engine's cpuset leaves out the target node: no binding can work
+        there, and cgroup-limits already reports it as an error (with the fix), so this
+        check neither advises numactl nor counts the one cause a second time."""
+        node = ctx.target_node
+        limits = ctx.engine_limits
+        numa_node = ctx.numa.node(node) if node is not None else None
+        if node is None or numa_node is None or limits.cgroup is None:
+            return None
+        reasons: List[str] = []
+        evidence: List[Evidence] = []
+        mems, cpus = limits.mems, limits.cpus
+        if mems is not None and mems.ids and node not in mems.ids:
+            reasons.append(f"cpuset.mems {mems.text} excludes it")
+            evidence.append(Evidence(mems.source, mems.text))
+        if cpus is not None and cpus.ids and numa_node.cpus and not numa_node.cpus & cpus.ids:
+            reasons.append(f"cpuset.cpus {cpus.text} holds none of its CPUs "
+                           f"({format_cpulist(numa_node.cpus)})")
+            evidence.append(Evidence(cpus.source, cpus.text))
+        if not reasons:
+            return None
+        where = f"this {limits.container} container" if limits.container else "the engine's cgroup"
+        return self.finding(
+            "cgroup-excludes-node", Severity.INFO,
+            f"binding {ctx.config.unit} to {_target_text(ctx, node)} is impossible in {where}: "
+            + " and ".join(reasons) + "; cgroup-limits reports it",
+            detail="The kernel clips every memory policy and CPU affinity to the cgroup's cpuset: "
+            "numactl refuses a node outside it, and NUMAPolicy=, CPUAffinity= or mbind cannot "
+            f"reach it, so no binding is advised here. cgroup-limits reports the cpuset as an error, "
+            f"with its fix (let the engine's cgroup use node {node}); once it does, this check "
+            "gives the binding. Info here, so that one cause is counted once.",
+            evidence=tuple(evidence),
+        )
 
     def _nothing_to_bind(self, ctx: HostContext) -> Finding:
         numa = ctx.numa

@@ -1,18 +1,23 @@
-"""numa-binding against what the user chose: ``numa: N`` is said as the chosen node, never
-as the GPU's."""
+"""numa-binding against what the host allows and what the user chose: a cpuset that leaves
+out the target node makes binding impossible (cgroup-limits reports it; numa-binding defers
+with an info finding and advises no numactl line), and ``numa: N`` is said as the chosen
+node, never as the GPU's."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from strata_doctor.checks.cgroup_limits import CgroupLimits
 from strata_doctor.checks.numa_binding import NumaBinding
 from strata_doctor.context import HostContext
 from strata_doctor.engine import EngineConfig
-from strata_doctor.model import Finding
+from strata_doctor.model import Finding, Severity
 from strata_doctor.registry import Check
 from strata_doctor.root import Root
-from tests.conftest import UNBOUND_UNIT, two_node_files, write_tree
+from tests.conftest import HOSTS, UNBOUND_UNIT, run_cli, two_node_files, write_tree
 
 GIB = 1024**3
 CONFIG = EngineConfig(arena_bytes=8 * GIB, kv_bytes=GIB, headroom_bytes=2 * GIB)
@@ -49,6 +54,65 @@ def _all_text(findings: List[Finding]) -> str:
                     for f in findings)
 
 
+# -- a cpuset without the target node -------------------------------------------------------
+def test_a_cpuset_without_the_gpus_node_defers_to_cgroup_limits(tmp_path: Path) -> None:
+    root = _host(tmp_path, {"cpuset.mems.effective": "0\n", "cpuset.cpus.effective": "0-3\n"})
+    (found,) = _run(NumaBinding(), root)
+    assert found.id == "cgroup-excludes-node"
+    assert found.severity is Severity.INFO  # cgroup-limits' error already fails the check
+    assert found.fix is None
+    assert found.summary == (
+        "binding strata.service to the GPU's node 1 is impossible in the engine's cgroup: "
+        "cpuset.mems 0 excludes it and cpuset.cpus 0-3 holds none of its CPUs (4-7); "
+        "cgroup-limits reports it")
+    assert "numactl --preferred" not in _all_text([found])
+    assert [(e.source, e.value) for e in found.evidence] == [
+        (f"{CG}/cpuset.mems.effective", "0"), (f"{CG}/cpuset.cpus.effective", "0-3")]
+    # the one error, with the fix, is cgroup-limits'
+    limits = _run(CgroupLimits(), root)
+    assert [(f.id, f.severity) for f in limits] == [
+        ("cpuset-mems", Severity.ERROR), ("cpuset-cpus", Severity.ERROR)]
+    assert all(f.fix is not None for f in limits)
+
+
+def test_memory_nodes_alone_are_enough_to_defer(tmp_path: Path) -> None:
+    root = _host(tmp_path, {"cpuset.mems.effective": "0\n", "cpuset.cpus.effective": "0-7\n"})
+    (found,) = _run(NumaBinding(), root)
+    assert found.id == "cgroup-excludes-node"
+    assert "cpuset.mems 0 excludes it;" in found.summary and "cpuset.cpus" not in found.summary
+
+
+def test_a_cpuset_that_holds_the_gpus_node_still_gets_the_binding(tmp_path: Path) -> None:
+    root = _host(tmp_path, {"cpuset.mems.effective": "0-1\n", "cpuset.cpus.effective": "0-7\n"})
+    (found,) = _run(NumaBinding(), root)
+    assert found.id == "unbound" and found.severity is Severity.ERROR
+    assert "run it under `numactl --preferred=1 --cpunodebind=1`" in found.summary
+    assert found.fix is not None
+    assert _run(CgroupLimits(), root)[0].id == "ok"
+
+
+def test_the_container_fixture_host_defers_and_its_plan_has_no_binding(tmp_path: Path) -> None:
+    """container-numa-limits: --cpuset-mems 0 --cpuset-cpus 0-21,44-65, the GPU on node 1."""
+    host = HOSTS / "container-numa-limits"
+    result = run_cli(["check", "--root", str(host), "--format", "json"])
+    assert result.exit_code == 1  # cgroup-limits' errors
+    data = json.loads(result.stdout)
+    binding = [f for f in data["findings"] if f["check"] == "numa-binding"]
+    assert [(f["id"], f["severity"]) for f in binding] == [("cgroup-excludes-node", "info")]
+    assert binding[0]["fix"] is None
+    assert "cpuset.mems 0 excludes it and cpuset.cpus 0-21,44-65 holds none of its CPUs " \
+        "(22-43,66-87)" in binding[0]["summary"]
+    assert "this docker container" in binding[0]["summary"]
+    errors = {f["id"] for f in data["findings"] if f["check"] == "cgroup-limits" and f["severity"] == "error"}
+    assert {"cpuset-mems", "cpuset-cpus"} <= errors
+    # the plan writes no numactl wrapper or binding drop-in that cannot work here
+    copy = tmp_path / "host"
+    shutil.copytree(host, copy, symlinks=True)
+    plan = run_cli(["fix", "--root", str(copy)])
+    assert "Traceback" not in plan.stdout + plan.stderr
+    assert "strata-numa" not in plan.stdout and "numactl" not in plan.stdout
+
+
 # -- numa: N, chosen by the user -------------------------------------------------------------
 def _summary(tmp_path: Path, numa: str, gpu_node: Optional[int] = 1) -> str:
     files = two_node_files(gpu_node=gpu_node or 1, unit_show=UNBOUND_UNIT)
@@ -78,3 +142,12 @@ def test_a_chosen_node_without_a_gpu(tmp_path: Path) -> None:
 
 def test_the_gpus_own_node_is_said_as_before(tmp_path: Path) -> None:
     assert _summary(tmp_path, "auto").startswith("strata.service is not bound to the GPU's node 1:")
+
+
+def test_a_cpuset_without_the_chosen_node_says_it_is_chosen(tmp_path: Path) -> None:
+    root = _host(tmp_path, {"cpuset.mems.effective": "1\n", "cpuset.cpus.effective": "4-7\n"})
+    (found,) = _run(NumaBinding(), root, CONFIG._replace(numa="0"))
+    assert found.id == "cgroup-excludes-node"
+    assert found.summary.startswith(
+        "binding strata.service to the chosen node 0 (the GPU is on node 1) is impossible in the "
+        "engine's cgroup: cpuset.mems 1 excludes it and cpuset.cpus 4-7 holds none of its CPUs (0-3)")
