@@ -175,6 +175,21 @@ def test_smi_query_parser() -> None:
     assert rows["0000:03:00.0"].memory is None
 
 
+def test_docs_list_exactly_the_fields_of_the_query() -> None:
+    """docs/report.md names every field ``nvidia-smi --query-gpu`` asks for, in order, and
+    the command line as it runs."""
+    from strata_doctor.facts import NVIDIA_SMI_QUERY
+
+    doc = (REPO / "docs" / "report.md").read_text()
+    option = next(arg for arg in NVIDIA_SMI_QUERY.argv if arg.startswith("--query-gpu="))
+    fields = option[len("--query-gpu="):].split(",")
+    table = doc[doc.index("| `nvidia-smi --query-gpu` field |"):]
+    rows = re.findall(r"^\| ([^|]+) \|", table.split("\n\n")[0], re.M)[1:]  # less the header
+    documented = [name for row in rows for name in re.findall(r"`([^`]+)`", row)]
+    assert documented == fields
+    assert f"`{' '.join(NVIDIA_SMI_QUERY.argv)}`" in doc
+
+
 # -- what was not seen, counted once -----------------------------------------------
 def _not_seen(text: str) -> str:
     start = text.index("## What was not seen")
