@@ -45,6 +45,22 @@ class LazyGroup(click.Group):
         assert isinstance(command, click.Command)
         return command
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands, each with the first sentence of its help whole: click cuts it at the
+        terminal's width with "..."; here the formatter wraps it instead."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=WHOLE)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+WHOLE = 10_000
+"""A ``short_help`` limit no first sentence reaches."""
+
 
 # Commands that only read the host. After one of these the console script leaves without
 # tearing the interpreter down (freeing every module and object costs ~8 ms, a tenth of a
@@ -281,8 +297,9 @@ def _unpack_bundle(path: str) -> str:
 
 
 def use_color(stream: Any = None) -> bool:
-    """Colour only on a terminal, never under NO_COLOR (https://no-color.org)."""
-    if "NO_COLOR" in os.environ:
+    """Colour only on a terminal, never under a non-empty NO_COLOR (https://no-color.org), never on
+    TERM=dumb (a terminal that shows escape codes as text: Emacs' shell, some CI logs)."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
         return False
     stream = stream or sys.stdout
     return bool(getattr(stream, "isatty", lambda: False)())

@@ -303,13 +303,18 @@ def _verbose_lines(finding: Finding, width: int) -> List[str]:
     return lines
 
 
+TALLY_WORDS = (("error", "errors"), ("warning", "warnings"), ("info", "info"), ("ok", "ok"),
+               ("skipped", "skipped"), ("crashed", "crashed"))
+"""The tally's keys in order, each with its plural ("2 errors", "3 info", "2 skipped")."""
+
+
 def _tally(results: Sequence[CheckResult], code: int) -> str:
+    """The last line: the checks counted by their worst finding (or skipped, crashed), the verdict."""
     counts: Dict[str, int] = {}
     for result in results:
         key = "crashed" if result.crash else "skipped" if result.skip else result.worst.label
         counts[key] = counts.get(key, 0) + 1
-    order = ("error", "warning", "info", "ok", "skipped", "crashed")
-    parts = [f"{counts[k]} {k}" for k in order if counts.get(k)]
+    parts = [f"{counts[k]} {plural if counts[k] != 1 else k}" for k, plural in TALLY_WORDS if counts.get(k)]
     verdict = {EXIT_READY: "ready", EXIT_FINDINGS: "not ready", EXIT_CRASH: "a check crashed"}[code]
     return f"{', '.join(parts)}: {verdict} (exit {code})"
 
