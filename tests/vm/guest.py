@@ -31,6 +31,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -85,7 +86,8 @@ PACKAGES = (
     "linux-image-amd64",
 )
 # Bump when the recipe below changes in a way the hash of its inputs cannot see.
-RECIPE_VERSION = 1
+# 2: the kernel modules in MODULES are kept (with depmod's index), not every module dropped.
+RECIPE_VERSION = 2
 KERNEL_ARGS = (
     "console=ttyS0,115200",
     "rdinit=/init",
@@ -111,10 +113,12 @@ MASKED_UNITS = (
     "systemd-pstore.service",
     "systemd-tmpfiles-clean.timer",
 )
+# The kernel modules kept in the image, with the modules they depend on; every other
+# module is dropped. loop: the guest has no disk, so swap is a file on tmpfs behind a
+# loop device (test_vm_limits.py); a swap file on tmpfs itself cannot be swapped on.
+MODULES = ("loop",)
 PRUNE = (
     "boot",
-    "lib/modules",
-    "usr/lib/modules",
     "usr/share/doc",
     "usr/share/man",
     "usr/share/info",
@@ -180,6 +184,7 @@ def image_key() -> str:
         "recipe": RECIPE_VERSION,
         "masked": sorted(MASKED_UNITS),
         "prune": sorted(PRUNE),
+        "modules": sorted(MODULES),
         "unit": RUNNER_UNIT,
     }
     h.update(json.dumps(inputs, sort_keys=True).encode())
@@ -249,6 +254,7 @@ def build_image(log: Log = _stderr, force: bool = False) -> Image:
             [*sudo, "chroot", str(root), "dpkg-query", "-W", "-f=${Version}", "systemd"],
             check=True, capture_output=True, text=True,
         ).stdout.strip()
+        modules = _keep_modules(root, sudo, kernel_release, log)
         _customise(root, sudo, log)
         log("packing root file system")
         with open(work / "rootfs.cpio", "wb") as out:
@@ -268,6 +274,7 @@ def build_image(log: Log = _stderr, force: bool = False) -> Image:
             "kernel": kernel_release,
             "python": python_version,
             "systemd": systemd_version,
+            "modules": " ".join(modules),
             "build_seconds": f"{time.monotonic() - started:.0f}",
             "debootstrap_seconds": f"{t_debootstrap:.0f}",
             "rootfs_bytes": str((work / "rootfs.cpio").stat().st_size),
@@ -294,6 +301,46 @@ def _remove_tree(path: Path, sudo: List[str]) -> None:
     for mnt in sorted(mounts, key=len, reverse=True):
         subprocess.run([*sudo, "umount", "-l", mnt], check=False)
     subprocess.run([*sudo, "rm", "-rf", "--one-file-system", str(path)], check=False)
+
+
+def _keep_modules(root: Path, sudo: List[str], release: str, log: Log) -> List[str]:
+    """Drop every kernel module but MODULES and what they depend on, then rebuild the
+    module index (depmod) so that ``modprobe`` finds the kept ones in the guest.
+
+    Returns how each wanted module is present: ``loop`` (kept as a module), ``loop
+    (built in)``; a module the kernel has in neither form is left out, and the test that
+    needs it says so."""
+    keep: List[str] = []
+    present: List[str] = []
+    for name in MODULES:
+        shown = subprocess.run(
+            [*sudo, "chroot", str(root), "modprobe", "--set-version", release,
+             "--show-depends", name],
+            capture_output=True, text=True, check=False,
+        )
+        lines = [line.split() for line in shown.stdout.splitlines() if line.strip()]
+        files = [words[1] for words in lines if words[0] == "insmod" and len(words) > 1]
+        if files:
+            present.append(name)
+        elif any(words[:1] == ["builtin"] for words in lines):
+            present.append(f"{name} (built in)")
+        else:
+            log(f"guest image: the kernel {release} has no module {name!r}: "
+                f"{shown.stderr.strip() or 'modprobe found nothing'}")
+        # Relative to /lib/modules/RELEASE, whichever of /lib and /usr/lib modprobe names.
+        keep += [f.split(f"/modules/{release}/", 1)[-1] for f in files]
+    spare = " ".join(f"! -path {shlex.quote('./' + k)}" for k in sorted(set(keep)))
+    script = [
+        "set -e",
+        "cd \"$1/lib/modules/$2\"",
+        f"find . -type f -name '*.ko*' {spare} -delete",
+        "find . -depth -mindepth 1 -type d -empty -delete",
+        "chroot \"$1\" depmod \"$2\"",
+    ]
+    log(f"+ modules: keep {', '.join(sorted(set(keep))) or 'none'}; depmod {release}")
+    subprocess.run([*sudo, "bash", "-c", "\n".join(script), "modules", str(root), release],
+                   check=True)
+    return present
 
 
 def _customise(root: Path, sudo: List[str], log: Log) -> None:
