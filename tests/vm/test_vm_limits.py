@@ -1,17 +1,19 @@
 """The engine's limits on a real kernel and systemd: MemoryMax=, LimitMEMLOCK=, a cpuset
-that excludes the GPU's node, and MemorySwapMax= with swap.
+that excludes the GPU's node, and MemorySwapMax= with swap on.
 
 One boot of the seed-shaped guest (GPU on node 1, CPUs 2-3) runs the engine unit as a
 long-running process under a drop-in that sets ``MemoryMax=256M`` (below arena + K/V +
 headroom: 400 + 16 + 64 MiB), ``LimitMEMLOCK=8M`` with ``lock: true`` in the config,
-``AllowedMemoryNodes=0`` and ``AllowedCPUs=0-1`` (node 0 only) and ``MemorySwapMax=0``.
+``AllowedMemoryNodes=0`` and ``AllowedCPUs=0-1`` (node 0 only), and no ``MemorySwapMax=``.
 systemd turns those into the cgroup files and the rlimit a real kernel shows, and the
-checks must report them with those numbers. ``fix --apply --only memlock`` must write
-``LimitMEMLOCK=infinity`` and, once the unit restarts, the kernel's limit must be
-unlimited and memlock must pass; ``fix --revert`` must remove the drop-in. Swap is made
-from a loop device when the guest kernel has one (it has no disk); otherwise the swap
-assertions that need swap skip and say why. It boots once with its own steps, so this
-file runs alone (about a minute):
+checks must report them with those numbers. ``fix --apply --only memlock --only swap``
+must write ``LimitMEMLOCK=infinity`` and ``MemorySwapMax=0``; once the unit restarts the
+kernel's limit must be unlimited, ``memory.swap.max`` 0, and memlock and swap must pass;
+``fix --revert`` must remove both drop-ins and, after a restart, give the engine swap
+again. The guest has no disk: swap is a file on tmpfs behind a loop device (the image
+keeps the ``loop`` module, guest.py's MODULES). Only a guest kernel with no loop device
+at all skips the swap tests, and says so. It boots once with its own steps, so this
+file runs alone (about three minutes):
 
     python3 -m pytest -m vm tests/vm/test_vm_limits.py -q -p no:cacheprovider
 """
@@ -38,17 +40,25 @@ Type=simple
 ExecStart=
 ExecStart=/bin/sleep infinity
 MemoryMax={MEMORY_MAX_MIB}M
-MemorySwapMax=0
 LimitMEMLOCK=8M
 AllowedMemoryNodes=0
 AllowedCPUs=0-1
 """
 CG = f"/sys/fs/cgroup/system.slice/{UNIT}"
-SWAP = (
-    "if dd if=/dev/zero of=/run/swapfile bs=1M count=64 status=none && mkswap -q /run/swapfile "
-    ">/dev/null && dev=$(losetup -f --show /run/swapfile 2>/dev/null) && swapon \"$dev\" 2>/dev/null; "
-    "then echo swap-on; else echo swap-off; fi"
-)
+SWAP_MIB = 64
+# A swap file on tmpfs cannot be swapped on, but a loop device over it can. Any failure
+# but a kernel without loop fails the step (set -e), and the test prints its stderr.
+SWAP = f"""\
+set -e
+if ! modprobe loop; then echo "no-loop: $(uname -r)"; exit 0; fi
+dd if=/dev/zero of=/run/swapfile bs=1M count={SWAP_MIB} status=none
+chmod 0600 /run/swapfile
+mkswap /run/swapfile >/dev/null
+dev=$(losetup -f --show /run/swapfile)
+swapon "$dev"
+echo "swap-on $dev"
+cat /proc/swaps
+"""
 FACTS = (
     f"pid=$(systemctl show -p MainPID --value {UNIT}); "
     f"for f in memory.max memory.swap.max cpuset.mems.effective cpuset.cpus.effective; do "
@@ -66,11 +76,17 @@ def steps() -> List[Step]:
         Step("facts", FACTS),
         Step("check-before", doctor("check --format json cgroup-limits memlock swap", t)),
         Step("apply", doctor("fix --apply --yes --only memlock --only swap", t)),
+        # Between daemon-reload and the restart: whatever the running cgroup holds now,
+        # the swap check must read that and no more.
+        Step("reloaded", f"cat {CG}/memory.swap.max"),
+        Step("check-reloaded", doctor("check --format json swap", t)),
         Step("restart", f"systemctl restart {UNIT} && sleep 1 && grep '^Max locked memory' "
                         f"/proc/$(systemctl show -p MainPID --value {UNIT})/limits"),
-        Step("check-after", doctor("check --format json memlock", t)),
+        Step("facts-after", FACTS),
+        Step("check-after", doctor("check --format json memlock swap", t)),
         Step("revert", doctor("fix --revert --yes", t)),
         Step("after-revert", f"ls /etc/systemd/system/{UNIT}.d/"),
+        Step("restart-reverted", f"systemctl restart {UNIT} && sleep 1 && cat {CG}/memory.swap.max"),
     ]
 
 
@@ -90,8 +106,8 @@ def booted(guest_image: Image) -> Iterator[BootResult]:
     yield result
 
 
-def facts(result: BootResult) -> Dict[str, str]:
-    ran = result.step("facts")
+def facts(result: BootResult, step: str = "facts") -> Dict[str, str]:
+    ran = result.step(step)
     assert ran.rc == 0, ran.describe()
     out: Dict[str, str] = {}
     for line in ran.stdout.splitlines():
@@ -157,13 +173,64 @@ def test_revert_removes_the_fixes_dropins(booted: BootResult) -> None:
     assert booted.step("after-revert").stdout.split() == ["50-limits.conf"]
 
 
-def test_memory_swap_max_zero_keeps_the_engine_out_of_swap(booted: BootResult) -> None:
-    f = facts(booted)
-    assert f["memory.swap.max"] == "0"
+def swap_on(result: BootResult) -> Dict[str, str]:
+    """The kernel's swap after the swap step (skips where the guest kernel has no loop)."""
+    ran = result.step("swap")
+    assert ran.rc == 0, ran.describe()
+    if ran.stdout.startswith("no-loop"):
+        pytest.skip(f"the guest kernel ({ran.stdout.split()[-1]}) has no loop device, so the "
+                    "guest, which has no disk, has no swap: see tests/vm/guest.py MODULES")
+    assert ran.stdout.startswith("swap-on /dev/loop"), ran.describe()
+    f = facts(result)
+    assert int(f["SwapTotal"]) > 0, f
+    return f
+
+
+def test_swap_without_memory_swap_max_can_take_the_arena(booted: BootResult) -> None:
+    f = swap_on(booted)
+    # Somewhat less than the file: mkswap keeps the first page for its header.
+    assert (SWAP_MIB - 1) * 1024 <= int(f["SwapTotal"]) <= SWAP_MIB * 1024, f
+    assert f["memory.swap.max"] == "max", f
     (swap,) = findings(booted, "check-before", "swap")
-    assert {"source": f"{CG}/memory.swap.max", "value": "0"} in swap["evidence"], swap
-    if booted.step("swap").stdout.strip() != "swap-on" or f.get("SwapTotal") in (None, "0"):
-        assert (swap["id"], swap["severity"]) == ("off", "ok"), swap
-        pytest.skip("the guest kernel has no loop device to swap on: SwapTotal 0, so only "
-                    "memory.swap.max = 0 and the no-swap finding were checked")
+    # Debian's systemd-oomd puts ManagedOOMSwap=kill on -.slice, so with swap on the
+    # engine is what oomd would kill: a warning, not info.
+    assert (swap["id"], swap["severity"]) == ("swappable", "warning"), swap
+    assert "of swap (/dev/loop0), 0 B used and the engine may use it (memory.swap.max is max): " \
+        "arena pages can be swapped out; systemd-oomd watches swap on / and kills the cgroup " \
+        "using the most swap once swap is 90% full" in swap["summary"], swap["summary"]
+    assert f"SwapTotal={int(f['SwapTotal']) / 1024:.2f} MiB" in swap["evidence"][0]["value"], swap
+    assert {"source": "oomctl dump", "value": "ManagedOOMSwap=kill on /"} in swap["evidence"], swap
+    paths = [c["path"] for c in swap["fix"]["files"]]
+    assert paths == [f"/etc/systemd/system/{UNIT}.d/60-strata-doctor-swap.conf"], swap["fix"]
+
+
+def test_the_swap_check_reads_the_running_cgroup_before_the_restart(booted: BootResult) -> None:
+    swap_on(booted)
+    running = booted.step("reloaded").stdout.strip()
+    (swap,) = findings(booted, "check-reloaded", "swap")
+    # systemd 252 (bookworm) sets the running cgroup's limit at daemon-reload already;
+    # others may wait for the restart. The check must say which: in effect, or written
+    # and waiting for the restart.
+    if running == "0":
+        assert (swap["id"], swap["severity"]) == ("swap-max-0", "ok"), swap
+    else:
+        assert (swap["id"], swap["severity"]) == ("configured", "info"), (running, swap)
+        assert f"MemorySwapMax=0 in /etc/systemd/system/{UNIT}.d/60-strata-doctor-swap.conf" \
+            in swap["summary"], swap["summary"]
+
+
+def test_memory_swap_max_zero_keeps_the_engine_out_of_swap(booted: BootResult) -> None:
+    swap_on(booted)
+    f = facts(booted, "facts-after")
+    assert f["memory.swap.max"] == "0", f
+    assert int(f["SwapTotal"]) > 0, f
+    (swap,) = findings(booted, "check-after", "swap")
     assert (swap["id"], swap["severity"]) == ("swap-max-0", "ok"), swap
+    assert "the engine's cgroup may not swap (0)" in swap["summary"], swap["summary"]
+    assert {"source": f"{CG}/memory.swap.max", "value": "0"} in swap["evidence"], swap
+
+
+def test_revert_gives_the_engine_swap_again(booted: BootResult) -> None:
+    swap_on(booted)
+    ran = booted.step("restart-reverted")
+    assert ran.rc == 0 and ran.stdout.strip() == "max", ran.describe()
