@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional, Sequence
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.facts import NVIDIA_SMI_QUERY, PCIE_GENERATIONS, Gpu
+from strata_doctor.facts import NVIDIA_SMI_QUERY, PCIE_GENERATIONS, Gpu, speed_text
 from strata_doctor.model import Evidence, Finding, Severity
 
 PCI = "/sys/bus/pci/devices"
@@ -69,8 +69,7 @@ class PcieLinkCheck(Check):
             hop = gpu.path_limit(width_now, gts)
         else:
             width_now, width_max = link.current_width, link.max_width
-            now = f"{link.current_speed} x{width_now}"
-            best = f"{link.max_speed} x{width_max}"
+            now, best = link.now, link.best
             slower = bool(link.current_speed and link.max_speed and link.current_gts != link.max_gts)
             source = "sysfs"
             hop = gpu.path_minimum
@@ -106,7 +105,8 @@ class PcieLinkCheck(Check):
             yield self.finding(
                 "slow-path", Severity.WARNING,
                 f"{gpu.address} runs at {now}, but {limit.address} on its path to the root port "
-                f"runs at {limit.link.current_speed}: the GPU gets {_gen(limit.link.current_gts)}",
+                f"runs at {speed_text(limit.link.current_speed)}: the GPU gets "
+                f"{_gen(limit.link.current_gts)}",
                 detail="A PCIe switch or root port above the GPU trained slower than the GPU; "
                 "check the BIOS's PCIe speed setting for that slot." + path_note,
                 evidence=tuple(evidence),
@@ -125,7 +125,7 @@ def _path_note(gpu: Gpu) -> str:
     hops = [h for h in gpu.path if h.link.known]
     if not hops:
         return ""
-    text = ", ".join(f"{h.address} x{h.link.current_width} {h.link.current_speed}" for h in hops)
+    text = ", ".join(f"{h.address} {h.link.now}" for h in hops)
     return f" Path to the root port: {text}."
 
 

@@ -410,9 +410,37 @@ class PcieLink(NamedTuple):
         """The maximum speed in GT/s; None when unknown."""
         return link_gts(self.max_speed)
 
+    @property
+    def now(self) -> str:
+        """The link now, as people read it: ``2.5 GT/s x16`` (``?`` for what is unknown)."""
+        return f"{speed_text(self.current_speed)} x{self.current_width or '?'}"
+
+    @property
+    def best(self) -> str:
+        """The link at its maximum: ``8.0 GT/s x16``."""
+        return f"{speed_text(self.max_speed)} x{self.max_width or '?'}"
+
+    @property
+    def text(self) -> Optional[str]:
+        """The one way a link is written: ``8.0 GT/s x16``, with ``(max 8.0 GT/s x16)`` when it
+        trained below its maximum (callers write ``PCIe {text}``); None when the kernel
+        reported no link."""
+        if not self.known:
+            return None
+        return self.now if self.now == self.best else f"{self.now} (max {self.best})"
+
 
 PCIE_GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 """Transfer rate in GT/s -> PCIe generation."""
+
+
+def speed_text(speed: Optional[str]) -> str:
+    """A link speed as people read it: the kernel's ``2.5 GT/s PCIe`` -> ``2.5 GT/s`` (the
+    word PCIe is the caller's); ``?`` when unknown."""
+    text = (speed or "").strip()
+    if text.endswith(" PCIe"):
+        text = text[: -len(" PCIe")].rstrip()
+    return text or "?"
 
 
 def link_gts(speed: Optional[str]) -> Optional[float]:

@@ -68,7 +68,7 @@ class GpuLine:
     node_source: str
     """How the node was decided (``numa_node``, ``local_cpulist``...)."""
     link: Optional[str]
-    """PCIe link, current and maximum (``8.0 GT/s PCIe x16 of 8.0 GT/s PCIe x16``)."""
+    """PCIe link now, and its maximum when lower (``2.5 GT/s x16 (max 8.0 GT/s x16)``)."""
     compute: bool
     """Whether this is the compute GPU."""
     role: str
@@ -532,12 +532,7 @@ def gpu_lines(ctx: HostContext) -> Tuple[GpuLine, ...]:
 
 
 def _link_text(gpu: Gpu) -> Optional[str]:
-    link = gpu.link
-    if not link.known:
-        return None
-    now = f"{link.current_speed or '?'} x{link.current_width or '?'}"
-    top = f"{link.max_speed or '?'} x{link.max_width or '?'}"
-    return now if now == top else f"{now} (max {top})"
+    return gpu.link.text  # one way to write a link (facts.PcieLink.text): "PCIe" is ours, once
 
 
 # -- engine and memory ----------------------------------------------------------

@@ -1,0 +1,50 @@
+"""The checks' words: said once, right after a fix, and with numbers a reader can redo.
+
+Each test runs the CLI on a fixture host (or a copy of one in a tmp dir) and reads the
+findings' own text: a PCIe link written one way, the THP check naming the hugepages
+finding that is there, the compute GPU's reason as a noun phrase, a memory sum whose
+terms add up, and arena-fit's pass and failure in one sentence shape.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from strata_doctor.facts import PcieLink, speed_text
+from tests.conftest import HOSTS, run_cli
+
+
+def check_json(root: Path, *args: str) -> Dict[str, Any]:
+    result = run_cli(["check", "--root", str(root), "--format", "json", *args])
+    assert result.exit_code in (0, 1), result.stderr
+    data: Dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def findings(data: Dict[str, Any], check_id: str) -> Dict[str, Dict[str, Any]]:
+    return {f["id"]: f for f in data["findings"] if f["check"] == check_id}
+
+
+
+# -- 1. one way to write a link ----------------------------------------------------------
+def test_a_link_names_pcie_once() -> None:
+    link = PcieLink("2.5 GT/s PCIe", "8.0 GT/s PCIe", 16, 16)
+    assert speed_text("2.5 GT/s PCIe") == "2.5 GT/s" and speed_text("8 GT/s") == "8 GT/s"
+    assert speed_text(None) == "?" and speed_text("Unknown") == "Unknown"
+    assert link.text == "2.5 GT/s x16 (max 8.0 GT/s x16)"
+    assert f"PCIe {link.text}".count("PCIe") == 1
+    assert PcieLink("8.0 GT/s PCIe", "8.0 GT/s PCIe", 16, 16).text == "8.0 GT/s x16"
+    assert PcieLink(None, None, None, None).text is None
+
+
+@pytest.mark.parametrize("host", ["seed-box-mirror", "desktop-1s", "hugepages-wrong-node", "xeon-snc2"])
+def test_pcie_link_words_say_gts_without_the_kernels_pcie(host: str) -> None:
+    data = check_json(HOSTS / host)
+    words = [f["summary"] + " " + (f.get("detail") or "") for f in findings(data, "pcie-link").values()]
+    assert words
+    for text in words:
+        assert "GT/s PCIe" not in text, text  # the kernel's "2.5 GT/s PCIe" is evidence, quoted as read
