@@ -183,7 +183,7 @@ def host_options(func: F) -> F:
         click.option("--root", default="/", show_default=True, metavar="DIR",
                      type=click.Path(exists=True, file_okay=False),
                      help="Read the host from this captured tree instead of /."),
-        click.option("--bundle", metavar="FILE", type=click.Path(exists=True, dir_okay=False),
+        click.option("--bundle", metavar="FILE",  # a missing FILE is one line: _unpack_bundle
                      help="Replay a host from a report bundle (.tar.gz)."),
         click.option("--config", metavar="FILE",
                      help="Engine config (default: /etc/strata-doctor.yaml under the root)."),
@@ -285,8 +285,13 @@ def _unpack_bundle(path: str) -> str:
     import tarfile
     import zlib
 
-    from strata_doctor.bundle import unpack  # tarfile and gzip only when replaying a bundle
+    from strata_doctor.bundle import TOP, unpack  # tarfile and gzip only when replaying a bundle
 
+    if not os.path.lexists(path):
+        raise UsageFailure(f"--bundle {path}: no such file")
+    if os.path.isdir(path):
+        raise UsageFailure(f"--bundle {path}: a folder, not a bundle file; replay an unpacked bundle "
+                           f"with --root {os.path.join(path, TOP)}")
     try:
         return str(unpack(path))
     except EOFError:  # click would print "Aborted!" for it (docs/report.md: one line, exit 2)

@@ -83,6 +83,19 @@ def test_bundle_and_root_exclude_each_other(two_node_host: Path, tmp_path: Path)
     assert "--bundle and --root exclude each other" in line
 
 
+@pytest.mark.parametrize("command", ["check", "fix", "map"])
+def test_a_bundle_that_does_not_exist(tmp_path: Path, command: str) -> None:
+    missing = tmp_path / "missing.tar.gz"
+    line = _fails([command, "--bundle", str(missing)])
+    assert line == f"strata-doctor: error: --bundle {missing}: no such file"
+
+
+def test_a_bundle_that_is_a_folder(tmp_path: Path) -> None:
+    line = _fails(["check", "--bundle", str(tmp_path)])
+    assert line.endswith(f"--bundle {tmp_path}: a folder, not a bundle file; replay an unpacked "
+                         f"bundle with --root {tmp_path}/strata-doctor-bundle")
+
+
 @pytest.mark.parametrize("value", ["nonsense", "0000:84:00", "84:00.9", "zz:00.0"])
 def test_gpu_that_is_not_a_pci_address(two_node_host: Path, value: str) -> None:
     line = _fails(["check", "--root", str(two_node_host), "--gpu", value])
