@@ -116,8 +116,9 @@ class NumaBinding(Check):
             detail="The kernel clips every memory policy and CPU affinity to the cgroup's cpuset: "
             "numactl refuses a node outside it, and NUMAPolicy=, CPUAffinity= or mbind cannot "
             f"reach it, so no binding is advised here. cgroup-limits reports the cpuset as an error, "
-            f"with its fix (let the engine's cgroup use node {node}); once it does, this check "
-            "gives the binding. Info here, so that one cause is counted once.",
+            f"with its fix (let {'the container' if limits.container else 'the cgroup'} use node "
+            f"{node}); once it does, this check gives the binding. Info here, so that one cause "
+            "is counted once.",
             evidence=tuple(evidence),
         )
 
