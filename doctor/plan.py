@@ -231,10 +231,9 @@ def _opt_in_fixes(
         if binding is None:
             problems.append("--reserve-node: no node to reserve (one NUMA node, no GPU, or --numa off)")
         else:
-            label = "--reserve-node"
-            if finding.check != "fix":
-                label = f"{finding.check}/{finding.id} ({label})"
-            fix, why = reserve_node_fix(ctx, binding, label)
+            # The files name the option, never the finding (shared-cpus before an apply,
+            # configured after it): a second apply then finds nothing to change.
+            fix, why = reserve_node_fix(ctx, binding, "--reserve-node")
             if fix is None:
                 problems.append(why)
             else:
