@@ -106,15 +106,15 @@ def _apply_locked(root: Any, ctx: Any, before: Sequence[CheckResult], plan: Any,
     if plan.problems or plan.empty:
         drop_state_quietly(lock)  # the lock's folder goes again when nothing is recorded
     if plan.problems:
-        _emit(fmt, plan_text(plan), {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False},
-              err=True)
+        _emit(fmt, plan_text(plan, applying=True),
+              {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False}, err=True)
         raise UsageFailure("not applied: " + "; ".join(plan.problems))
     if plan.empty:
-        _emit(fmt, "Nothing to change: every fix is already in place; nothing written.\n",
+        _emit(fmt, plan_text(plan, applying=True),
               {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False})
         return 0
     if fmt == "text":
-        click.echo(plan_text(plan))
+        click.echo(plan_text(plan, applying=True))
     if not yes and _interactive() and not click.confirm("Apply these changes?", default=False):
         drop_state_quietly(lock)
         click.echo("Nothing applied.")
@@ -178,7 +178,11 @@ def _after(options: Any, ctx: Any, before: Sequence[CheckResult], report: Any, p
             "exit_code": code,
         }, indent=2, sort_keys=True))
         return code
-    click.echo(f"Wrote {len(report.written)} file(s); the originals are saved in {report.journal}.")
+    from strata_doctor.plan import counted
+
+    saved = report.journal.rpartition("/")[0]  # the apply's folder: the originals and their journal
+    saved = saved if ctx.root.live else str(ctx.root.path(saved))  # where it is on this machine
+    click.echo(f"Wrote {counted(len(report.written), 'file')}; the originals are saved in {saved}/.")
     for line in report.actions:
         click.echo(f"  ran: {line}")
     for line in report.skipped_actions:
@@ -190,11 +194,18 @@ def _after(options: Any, ctx: Any, before: Sequence[CheckResult], report: Any, p
         if was == now:
             click.echo(f"  {check.ljust(width)}  {was} (unchanged)")
         else:
-            click.echo(f"  {check.ljust(width)}  {was} → {now}: {summary}")
+            click.echo(f"  {check.ljust(width)}  {was} → {now}: {_without_state(summary, now)}")
     click.echo("")
     click.echo(f"{'ready' if code == 0 else 'not ready'} (exit {code}); "
                f"undo with `strata-doctor fix --revert{_root_flag(options)}`")
     return code
+
+
+def _without_state(summary: str, state: str) -> str:
+    """The summary without a lead that repeats the state's finding id: ``info configured:
+    configured: ...`` reads ``info configured: ...``."""
+    finding = state.rpartition(" ")[2]
+    return summary[len(finding) + 2:] if summary.startswith(f"{finding}: ") else summary
 
 
 def _root_flag(options: Any) -> str:

@@ -54,9 +54,10 @@ def wrapper_file(mem_nodes: FrozenSet[int], cpu_nodes: FrozenSet[int], policy: s
     )
 
 
-def restart_step(unit: str) -> ManualStep:
-    """The one manual step every unit change shares, so the plan lists it once."""
-    return ManualStep(f"Restart {unit} when convenient: the changes apply at its next start.")
+def restart_action(unit: str) -> RuntimeAction:
+    """The restart every unit change needs. The plan takes it once per unit with ``--restart``,
+    and otherwise lists one "Restart UNIT when convenient" step for all the fixes that need it."""
+    return RuntimeAction("restart-unit", unit)
 
 
 def binding_fix(
@@ -72,7 +73,7 @@ def binding_fix(
     wrapper = wrapper_file(mem_nodes, cpu_nodes, policy)
     cpu_text = format_cpulist(cpus)
     nodes = node_list(mem_nodes)
-    restart = restart_step(unit)
+    restart = restart_action(unit)
     reload = RuntimeAction("daemon-reload", "systemd")
     if not support.present:
         return Fix(
@@ -98,15 +99,14 @@ def binding_fix(
             f"CPUAffinity{allowed}={cpu_text} [{support.described}]; {WRAPPER} for engines "
             "started by hand",
             files=(dropin, wrapper),
-            actions=(reload,),
-            manual=(restart,),
+            actions=(reload, restart),
         )
     return _wrapper_binding(unit, nodes, cpu_text, support, wrapper, exec_start, restart, reload)
 
 
 def _wrapper_binding(
     unit: str, nodes: str, cpu_text: str, support: SystemdSupport, wrapper: FileChange,
-    exec_start: Optional[str], restart: ManualStep, reload: RuntimeAction,
+    exec_start: Optional[str], restart: RuntimeAction, reload: RuntimeAction,
 ) -> Fix:
     why = f"NUMAPolicy= needs systemd {NUMA_POLICY_SINCE}+ and this host has {support.described}"
     summary = f"bind {unit} to node(s) {nodes} through {WRAPPER}: {why}"
@@ -115,7 +115,7 @@ def _wrapper_binding(
             summary=summary,
             files=(wrapper,),
             manual=(ManualStep(f"Prefix ExecStart= of {unit} with {WRAPPER} (its unit file was not "
-                               "found under the root)."), restart),
+                               "found under the root), then restart it."),),
         )
     command = exec_start.lstrip("@-:+!")
     # ExecStart's prefix characters (ignore failure, full privileges...) stay in front.
@@ -126,7 +126,7 @@ def _wrapper_binding(
         context=context_pairs(unit=unit, why=why, cpus=cpu_text, wrapper=flags + WRAPPER,
                               exec_start=command),
     )
-    return Fix(summary=summary, files=(dropin, wrapper), actions=(reload,), manual=(restart,))
+    return Fix(summary=summary, files=(dropin, wrapper), actions=(reload, restart))
 
 
 def binding_fix_for(ctx: "HostContext", plan: BindingPlan) -> Fix:
@@ -177,8 +177,7 @@ def reserve_node_fix(ctx: "HostContext", plan: BindingPlan, finding: str) -> Tup
     return Fix(
         summary=summary,
         files=tuple(files),
-        actions=(RuntimeAction("daemon-reload", "systemd"),),
-        manual=(restart_step(unit),),
+        actions=(RuntimeAction("daemon-reload", "systemd"), restart_action(unit)),
         takes_effect="restart",
     ), ""
 
@@ -197,6 +196,6 @@ def preflight_fix(unit: str, finding: str, script: str) -> Fix:
         summary=f"run `{command}` before every start of {unit}",
         files=(FileChange(f"{SYSTEMD_DIR}/{unit}.d/{PREFLIGHT_DROPIN}", "preflight-dropin.conf.j2",
                           context_pairs(unit=unit, command=command, finding=finding)),),
-        actions=(RuntimeAction("daemon-reload", "systemd"),),
+        actions=(RuntimeAction("daemon-reload", "systemd"), restart_action(unit)),
         takes_effect="restart",
     )

@@ -4,15 +4,11 @@ Pure: checks call these and return the :class:`~strata_doctor.model.Fix`; the ap
 writes the drop-ins and journals what was there, so ``fix --revert`` removes them.
 """
 
-from strata_doctor.model import FileChange, Fix, ManualStep, RuntimeAction, context_pairs
+from strata_doctor.model import FileChange, Fix, RuntimeAction, context_pairs
 
 SYSTEMD_DIR = "/etc/systemd/system"
 MEMLOCK_DROPIN = "60-strata-doctor-memlock.conf"
 SWAP_DROPIN = "60-strata-doctor-swap.conf"
-
-
-def _restart(unit: str) -> ManualStep:
-    return ManualStep(f"Restart {unit} when convenient: the changes apply at its next start.")
 
 
 def memlock_fix(unit: str, needed: str, current: str) -> Fix:
@@ -25,8 +21,7 @@ def memlock_fix(unit: str, needed: str, current: str) -> Fix:
     return Fix(
         summary=f"let {unit} lock {needed}: LimitMEMLOCK=infinity in a drop-in",
         files=(change,),
-        actions=(RuntimeAction("daemon-reload", "systemd"),),
-        manual=(_restart(unit),),
+        actions=(RuntimeAction("daemon-reload", "systemd"), RuntimeAction("restart-unit", unit)),
         takes_effect="restart",
     )
 
@@ -42,7 +37,6 @@ def swap_fix(unit: str) -> Fix:
         summary=f"keep {unit} out of swap: MemorySwapMax=0 in a drop-in (the rest of the host keeps "
         "its swap)",
         files=(change,),
-        actions=(RuntimeAction("daemon-reload", "systemd"),),
-        manual=(_restart(unit),),
+        actions=(RuntimeAction("daemon-reload", "systemd"), RuntimeAction("restart-unit", unit)),
         takes_effect="restart",
     )

@@ -153,6 +153,10 @@ class FixPlan:
     """What else the operator should know (findings without a fix, skipped ones)."""
     live: bool = field(default=False)
     """Whether the root is ``/``."""
+    configured: Tuple[str, ...] = ()
+    """Checks whose fix is already written (their ``configured`` finding), in check order."""
+    left_alone: Tuple[str, ...] = ()
+    """``check/id`` of findings with a fix that ``--only``/``--skip`` left out."""
 
     @property
     def changes(self) -> Tuple[PlannedFile, ...]:
@@ -180,12 +184,17 @@ def build_plan(ctx: HostContext, results: Sequence[CheckResult], options: PlanOp
     picked: List[Tuple[Finding, Fix]] = []
     notes: List[str] = []
     problems: List[str] = []
+    configured: List[str] = []
+    left_alone: List[str] = []
     for result in results:
         for finding in result.findings:
             name = f"{finding.check}/{finding.id}"
+            if finding.id == "configured":
+                configured.append(finding.check)
             if not _selected(finding, options):
                 if finding.fix is not None:
                     notes.append(f"{name}: left alone (--only/--skip)")
+                    left_alone.append(name)
                 continue
             if finding.fix is not None:
                 picked.append((finding, finding.fix))
@@ -205,7 +214,7 @@ def build_plan(ctx: HostContext, results: Sequence[CheckResult], options: PlanOp
     return FixPlan(
         root=str(ctx.root.base), unit=ctx.config.unit, answers=answers, files=tuple(files),
         actions=actions, manual=manual, problems=tuple(problems), notes=tuple(notes),
-        live=ctx.root.live,
+        live=ctx.root.live, configured=tuple(dict.fromkeys(configured)), left_alone=tuple(left_alone),
     )
 
 
@@ -383,13 +392,16 @@ def _plan_actions(
     changed = {f.path for f in files if f.changed}
     actions: Dict[Tuple[str, str, str], List[str]] = {}
     manual: List[Tuple[str, str]] = []
+    restarts: Dict[str, List[str]] = {}  # unit -> findings whose changes wait for its restart
     for finding, fix in picked:
         name = f"{finding.check}/{finding.id}"
         if fix.files and not any(c.path in changed for c in fix.files):
             continue  # already configured: nothing to run, nothing to restart
         for action in fix.actions:
             if action.kind == "restart-unit" and not restart:
-                manual.append((name, f"Restart {action.target} when convenient."))
+                if action.target not in restarts:
+                    manual.append((RESTART_STEP, action.target))  # its place in the list
+                restarts.setdefault(action.target, []).append(name)
                 continue
             actions.setdefault((action.kind, action.target, action.value), []).append(name)
         manual.extend((name, step.text) for step in fix.manual)
@@ -397,8 +409,26 @@ def _plan_actions(
     planned = tuple(PlannedAction(k, t, v, tuple(dict.fromkeys(n))) for (k, t, v), n in ordered)
     seen: Dict[str, Tuple[str, str]] = {}
     for name, text in manual:
-        seen.setdefault(text, (name, text))  # one restart line, however many fixes need it
+        if name == RESTART_STEP:
+            name, text = _restart_step(text, restarts[text])
+        seen.setdefault(text, (name, text))  # a step two fixes share is listed once
     return planned, tuple(seen.values())
+
+
+RESTART_STEP = "\0restart"
+"""Marks where the one restart step of a unit goes among the manual steps."""
+
+
+def _restart_step(unit: str, names: Sequence[str]) -> Tuple[str, str]:
+    """(findings, text) of the one step that restarts ``unit`` for every fix that needs it."""
+    names = tuple(dict.fromkeys(names))
+    return ", ".join(names), (f"Restart {unit} when convenient: the changes for {_and(names)} "
+                              "apply at its next start.")
+
+
+def _and(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(items) if len(items) < 3 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _action_rank(kind: str) -> int:
@@ -470,11 +500,10 @@ def plan_data(plan: FixPlan) -> Dict[str, Any]:
     }
 
 
-def plan_text(plan: FixPlan) -> str:
-    """The plan for people: answers, diffs, actions, manual steps, what it needs."""
+def plan_text(plan: FixPlan, applying: bool = False) -> str:
+    """The plan for people: answers, diffs, actions, manual steps, what it needs, and what to
+    do next. ``applying``: shown by ``--apply`` itself, so the next step is not "--apply"."""
     lines: List[str] = []
-    if not plan.answers:
-        lines.append("Nothing to fix: no finding on this host carries a fix.")
     for answer in plan.answers:
         lines.append(f"• {answer.finding} ({answer.severity}): {answer.summary}")
     for planned in plan.files:
@@ -494,26 +523,83 @@ def plan_text(plan: FixPlan) -> str:
         lines.append("")
         lines.append("Left to you:")
         lines.extend(f"  - {text}" for _, text in plan.manual)
-    lines.extend(_effect_lines(plan))
+    if lines:
+        lines.append("")
+    lines.extend(nothing_to_change(plan, applying) if plan.empty else [_effect_line(plan)])
     for note in plan.notes:
         lines.append(f"note: {note}")
     for problem in plan.problems:
         lines.append(f"cannot apply: {problem}")
+    lines.extend(_next_step(plan, applying))
     return "\n".join(lines) + "\n"
 
 
-def _effect_lines(plan: FixPlan) -> List[str]:
-    if plan.empty:
-        if not plan.answers:
-            return []
-        line = "Nothing to change: every fix is already in place."
-        if plan.actions:
-            line = "Nothing to write here; the runtime actions above run only on the live host."
-        return ["", line]
+def counted(count: int, word: str, plural: str = "") -> str:
+    """``1 file``, ``5 files``."""
+    return f"{count} {word if count == 1 else plural or word + 's'}"
+
+
+def _effect_line(plan: FixPlan) -> str:
+    restarting = plan.live and any(a.kind == "restart-unit" and a.target == plan.unit for a in plan.actions)
     effect = {
         "now": "takes effect at once",
         "reload": "takes effect after `systemctl daemon-reload`",
-        "restart": f"needs a restart of {plan.unit} (after `systemctl daemon-reload`)",
+        "restart": f"takes effect when this apply restarts {plan.unit}" if restarting else
+        f"needs a restart of {plan.unit} (after `systemctl daemon-reload`)",
         "reboot": "needs a reboot for everything to take effect",
     }[plan.takes_effect]
-    return ["", f"{len(plan.changes)} file(s) to write; {effect}."]
+    if not plan.changes:
+        return f"Nothing to write; the runtime actions above {effect.replace('takes', 'take', 1)}."
+    return f"{counted(len(plan.changes), 'file')} to write; {effect}."
+
+
+def nothing_to_change(plan: FixPlan, applying: bool = False) -> List[str]:
+    """Why a plan with nothing to write (and nothing to run here) is so, in one line: no
+    finding needs a fix, the fixes are already in place, or what is left runs elsewhere."""
+    done = [a.finding for a in plan.answers
+            if any(a.finding in f.findings for f in plan.files)]  # written, all unchanged
+    done.extend(check for check in plan.configured if not any(d.startswith(check + "/") for d in done))
+    acting = {name for a in plan.actions for name in a.findings}
+    live_only = [a.finding for a in plan.answers if a.finding in acting and a.finding not in done]
+    manual = {name for names, _ in plan.manual for name in names.split(", ")}
+    yours = [a.finding for a in plan.answers
+             if a.finding in manual and a.finding not in done and a.finding not in live_only]
+    clauses = []
+    if done and not live_only and not yours:
+        clauses.append(f"every fix is already in place ({_and(done)})")
+    elif done:
+        clauses.append(f"the fixes for {_and(done)} are already in place")
+    if live_only:
+        clauses.append(f"the runtime actions for {_and(live_only)} run only on the live host")
+    if yours:
+        clauses.append(f"the {'fix' if len(yours) == 1 else 'fixes'} for {_and(yours)} "
+                       f"{'is a step' if len(yours) == 1 else 'are steps'} left to you (above)")
+    if plan.left_alone:
+        clauses.append(f"{_and(plan.left_alone)} {'is' if len(plan.left_alone) == 1 else 'are'} left "
+                       "alone (--only/--skip)")
+    if not clauses:
+        clauses.append("no finding on this host needs a fix")
+    return [f"Nothing to change: {'; '.join(clauses)}{'; nothing written' if applying else ''}."]
+
+
+def _next_step(plan: FixPlan, applying: bool) -> List[str]:
+    """The last line: what to run next."""
+    if plan.problems:
+        return ["Next: solve the problems above; --apply refuses this plan until then."]
+    if plan.empty:
+        if plan.configured:
+            return ["Next: `strata-doctor check -v` says what the configured fixes still wait for "
+                    "(a daemon-reload, a restart, a reboot)."]
+        if any(n.endswith("no automatic fix; see `strata-doctor check -v`") for n in plan.notes):
+            return ["Next: `strata-doctor check -v` explains the findings without an automatic fix."]
+        return []
+    if applying:
+        return []
+    what = []
+    if plan.changes:
+        what.append("write these " + counted(len(plan.changes), "file") if len(plan.changes) > 1
+                    else "write this file")
+    if plan.live and plan.actions:
+        what.append("take the runtime actions above")
+    how = "run this again with --apply" + (" as root (sudo)" if plan.live else "")
+    return [f"Next: {how} to {' and '.join(what)}."]
