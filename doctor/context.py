@@ -101,7 +101,8 @@ class HostContext:
     def compute_gpu(self) -> Tuple[Optional[Gpu], str]:
         """(the compute GPU, why it was chosen), or (None, why there is none): a BMC's or a
         hypervisor's display chip is never taken unless ``--gpu`` or the config names it."""
-        return choose_compute_gpu(self.gpus, self.gpu_choice)
+        by = self.config.gpu_named_by if self.gpu_choice == self.config.gpu else "--gpu"
+        return choose_compute_gpu(self.gpus, self.gpu_choice, by)
 
     @cached_property
     def placement(self) -> Optional[GpuPlacement]:
@@ -335,14 +336,15 @@ class GpuChoiceError(Exception):
 
 
 def choose_compute_gpu(
-    gpus: Tuple[Gpu, ...], wanted: Optional[str]
+    gpus: Tuple[Gpu, ...], wanted: Optional[str], named_by: str = "--gpu"
 ) -> Tuple[Optional[Gpu], str]:
-    """Pick the GPU the engine computes on, with the reason."""
+    """Pick the GPU the engine computes on, with the reason (a noun phrase: "Chosen as the
+    only GPU"); ``named_by`` says who named ``wanted`` (``--gpu``, ``gpu: in FILE``)."""
     if wanted:
         address = normalize_address(wanted)
         for gpu in gpus:
             if gpu.address == address:
-                return gpu, f"chosen with --gpu/config ({address})"
+                return gpu, f"the GPU named by {named_by} ({address})"
         known = ", ".join(g.address for g in gpus) or "none"
         raise GpuChoiceError(
             f"--gpu {wanted}: no display-class PCI function at {address} (found: {known})"

@@ -62,6 +62,8 @@ class EngineConfig(NamedTuple):
     """``hugetlb``, ``thp`` or ``auto`` (try MAP_HUGETLB, fall back to THP)."""
     gpu: Optional[str] = None
     """Compute GPU's PCI address, when chosen (``gpu:``)."""
+    gpu_source: Optional[str] = None
+    """Where ``gpu`` came from: ``command line`` (``--gpu``), a config file, or an API call."""
     numa: str = "auto"
     """``auto`` (the GPU's node), ``off``, or a node id (``numa:``)."""
     source: Optional[str] = None
@@ -69,6 +71,16 @@ class EngineConfig(NamedTuple):
     lock: bool = False
     """Whether the engine locks its arena and K/V in RAM (``lock:``: mlock or pinned host
     memory), so the locked-memory limit must hold them."""
+
+    @property
+    def gpu_named_by(self) -> str:
+        """Who named the compute GPU, for the reason a finding gives: ``--gpu`` or
+        ``gpu: in /etc/strata-doctor.yaml``."""
+        if self.gpu_source in (None, "command line"):
+            return "--gpu"
+        if self.gpu_source == "plan_binding":
+            return "plan_binding(gpu=...)"
+        return f"gpu: in {self.gpu_source}"
 
     @property
     def pinned_bytes(self) -> Optional[int]:
@@ -104,6 +116,8 @@ def apply_settings(config: EngineConfig, values: Mapping[str, object], source: s
                               f"setting ({shown[:16]}...)")
         try:
             changes.update(_convert(key, value))
+            if key == "gpu":
+                changes["gpu_source"] = source
         except ValueError as exc:
             raise ConfigError(f"{source}: {key}: {exc}") from None
     return config._replace(**changes)  # type: ignore[arg-type]
@@ -151,10 +165,11 @@ def load_config(root: Root, path: Optional[str]) -> EngineConfig:
     """
     config = _load_config(root, path)
     if path is None and config.source is not None:
-        config = config._replace(source=DEFAULT_CONFIG)
+        shown: Optional[str] = DEFAULT_CONFIG
         if not root.live and root.exists(CONFIG_SOURCE):
             # A bundle wrote the settings here; its host named them as recorded.
-            config = config._replace(source=root.read_value(CONFIG_SOURCE))
+            shown = root.read_value(CONFIG_SOURCE)
+        config = config._replace(source=shown, gpu_source=shown if config.gpu is not None else None)
     return config
 
 

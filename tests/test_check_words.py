@@ -48,3 +48,19 @@ def test_pcie_link_words_say_gts_without_the_kernels_pcie(host: str) -> None:
     assert words
     for text in words:
         assert "GT/s PCIe" not in text, text  # the kernel's "2.5 GT/s PCIe" is evidence, quoted as read
+
+
+# -- 3. the compute GPU's reason reads once -----------------------------------------------
+def test_gpu_named_by_the_config_says_so() -> None:
+    data = check_json(HOSTS / "desktop-1s")
+    compute = next(g for g in data["facts"]["gpus"] if g["compute"])
+    assert compute["choice_reason"] == "the GPU named by gpu: in /etc/strata-doctor.yaml (0000:01:00.0)"
+    (placed,) = findings(data, "gpu-placement").values()
+    assert placed["detail"].startswith("Chosen as the GPU named by gpu: in /etc/strata-doctor.yaml")
+    assert "chosen" not in placed["detail"].lower().replace("chosen as", "", 1)
+
+
+def test_gpu_named_by_the_option_says_so() -> None:
+    data = check_json(HOSTS / "desktop-1s", "--gpu", "01:00.0")
+    compute = next(g for g in data["facts"]["gpus"] if g["compute"])
+    assert compute["choice_reason"] == "the GPU named by --gpu (0000:01:00.0)"

@@ -63,7 +63,7 @@ def test_a_bmc_vga_is_never_the_compute_gpu(tmp_path: Path) -> None:
 def test_gpu_option_still_takes_the_bmc_vga(tmp_path: Path) -> None:
     data = check(bmc_only(tmp_path), "--gpu", "03:00.0")
     (gpu,) = data["facts"]["gpus"]
-    assert gpu["compute"] and gpu["choice_reason"] == "chosen with --gpu/config (0000:03:00.0)"
+    assert gpu["compute"] and gpu["choice_reason"] == "the GPU named by --gpu (0000:03:00.0)"
 
 
 def test_the_real_gpu_wins_over_the_bmc_and_the_reason_says_why(tmp_path: Path) -> None:
