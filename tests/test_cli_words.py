@@ -16,7 +16,7 @@ import pytest
 from strata_doctor.cli import use_color
 from strata_doctor.model import CheckResult, Crash, Finding, Severity, Skip
 from strata_doctor.render import TextStyle, to_text
-from tests.conftest import HOSTS, REPO, run_cli
+from tests.conftest import HOSTS, run_cli
 
 
 def _host(tmp_path: Path, name: str) -> Path:
@@ -147,7 +147,7 @@ def test_no_escape_codes_on_a_dumb_terminal(tmp_path: Path, term: str, escapes: 
     pty = pytest.importorskip("pty")
     tree = _host(tmp_path, "seed-box")
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    env.update(TERM=term, PYTHONPATH=str(REPO))
+    env["TERM"] = term
     primary, secondary = pty.openpty()
     try:
         proc = subprocess.run([sys.executable, "-m", "strata_doctor", "check", "--root", str(tree)],
