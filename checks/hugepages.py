@@ -14,9 +14,8 @@ from strata_doctor.rules import (
     PendingPool,
     PoolAssessment,
     TrapVerdict,
-    assess_trap,
     pending_pool,
-    pool_resolved,
+    pool_fix_pending,
 )
 
 GIB = 1024**3
@@ -114,8 +113,9 @@ class Hugepages(Check):
             return
         if a.fails:
             verdict = self._verdict(ctx)
-            if pending and pool_resolved(pending.pages, a):
-                yield self._configured(pool, pending, evidence)
+            resolving = pool_fix_pending(facts, a)
+            if resolving is not None:
+                yield self._configured(pool, resolving, evidence)
             elif verdict is not None and verdict.error:
                 yield self._trap(ctx, facts, a, verdict, evidence)
             elif verdict is not None:
@@ -576,9 +576,7 @@ class Hugepages(Check):
         return (Evidence(source, f"arena={format_bytes(c.arena_bytes or 0)} hugepages={c.hugepages}"),)
 
     def _verdict(self, ctx: HostContext) -> Optional[TrapVerdict]:
-        proc = ctx.engine_process
-        return assess_trap(ctx.hugepages, ctx.config, ctx.pool_assessment,
-                           proc.resident_bytes if proc else 0, ctx.oomd, ctx.exposure)
+        return ctx.trap_verdict
 
     def _zero_fix(self, facts: HugepageFacts, finding: str, reason: str) -> Fix:
         return sysctl_fix(((SYSCTL_KEY, "0", reason),), finding, facts.sysctl)

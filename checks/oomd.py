@@ -14,7 +14,6 @@ from strata_doctor.rules import (
     CHAIN,
     Exposure,
     MemoryProjection,
-    assess_trap,
     project_memory,
     restart_looping,
     trap_in_effect,
@@ -280,9 +279,7 @@ class Oomd(Check):
     def _is_chain(self, ctx: HostContext) -> bool:
         """The fallback drives the watched engine into pressure that the pool's memory would
         relieve (rules.TrapVerdict.chain); a pool that only holds memory back is no link."""
-        proc = ctx.engine_process
-        verdict = assess_trap(ctx.hugepages, ctx.config, ctx.pool_assessment,
-                              proc.resident_bytes if proc else 0, ctx.oomd, ctx.exposure)
+        verdict = ctx.trap_verdict
         return verdict is not None and verdict.chain
 
     def _advice(self, facts: OomdFacts) -> str:

@@ -6,10 +6,10 @@ from typing import Iterator, Optional, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.memory import THP_DIR, ThpFacts
+from strata_doctor.memory import SYSCTL_KEY, THP_DIR, ThpFacts
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, RuntimeAction, Severity
-from strata_doctor.parse import format_bytes
-from strata_doctor.rules import PoolAssessment, assess_trap
+from strata_doctor.parse import format_bytes, format_count
+from strata_doctor.rules import PoolAssessment, pool_fix_pending
 
 STALLING_DEFRAG = ("always",)
 
@@ -128,9 +128,17 @@ class TransparentHugepages(Check):
         if a.mode == "hugetlb":
             return "the engine maps its arena with MAP_HUGETLB"
         if a.fails and a.mode == "auto":
-            proc = ctx.engine_process
-            verdict = assess_trap(ctx.hugepages, ctx.config, a, proc.resident_bytes if proc else 0,
-                                  ctx.oomd, ctx.exposure)
+            # The hugepages check's own answers (ctx.pool_assessment, ctx.trap_verdict), so
+            # this text names the finding it gives, also once its fix is written.
+            pending = pool_fix_pending(ctx.hugepages, a)
+            if pending is not None and pending.pages == 0:
+                return (f"the pool's fix is written: {SYSCTL_KEY} = 0 in {pending.path}, so the "
+                        "engine runs on THP")
+            if pending is not None:
+                return (f"MAP_HUGETLB cannot get the arena's pages until {SYSCTL_KEY} = "
+                        f"{format_count(pending.pages)} in {pending.path} takes effect; the engine "
+                        "falls back to THP until then")
+            verdict = ctx.trap_verdict
             if verdict is not None and verdict.error:
                 return "MAP_HUGETLB will fail (hugepages/trap), so the engine falls back to THP"
             return "MAP_HUGETLB cannot get the arena's pages, so the engine falls back to THP"

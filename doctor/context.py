@@ -55,7 +55,15 @@ from strata_doctor.parse import format_cpulist, parse_meminfo
 from strata_doctor.probe_data import SAVED_PATH, SavedProbe, read_saved
 from strata_doctor.processes import ProcessInfo, find_engine_pid, read_processes, read_uptime
 from strata_doctor.root import Root
-from strata_doctor.rules import Exposure, PoolAssessment, arena_headroom, assess_exposure, assess_pool
+from strata_doctor.rules import (
+    Exposure,
+    PoolAssessment,
+    TrapVerdict,
+    arena_headroom,
+    assess_exposure,
+    assess_pool,
+    assess_trap,
+)
 from strata_doctor.units import RESERVED_UNITS, unit_settings
 
 
@@ -280,6 +288,14 @@ class HostContext:
     def exposure(self) -> Exposure:
         """How exposed the engine is to systemd-oomd."""
         return assess_exposure(self.oomd)
+
+    @cached_property
+    def trap_verdict(self) -> Optional[TrapVerdict]:
+        """Whether a pool the arena cannot use is the seed's trap or only held-back memory
+        (``rules.assess_trap``); None unless MAP_HUGETLB fails beside a pool."""
+        proc = self.engine_process
+        return assess_trap(self.hugepages, self.config, self.pool_assessment,
+                           proc.resident_bytes if proc else 0, self.oomd, self.exposure)
 
     # -- how the kernel runs the pool's CPUs: doctor/facts_cpu_policy.py ----------------------
     @cached_property

@@ -247,14 +247,22 @@ class TrapVerdict(NamedTuple):
         return self.held_back > 0 and (self.pool_short or self.chain)
 
 
+def pool_fix_pending(facts: HugepageFacts, a: PoolAssessment) -> Optional[PendingPool]:
+    """The configured default-pool size, not yet in effect, that ends MAP_HUGETLB's failure
+    (what the hugepages check reports as ``configured``); None when there is none."""
+    if a.pool is None:
+        return None
+    pending = pending_pool(facts, a.pool.total)
+    return pending if pending is not None and pool_resolved(pending.pages, a) else None
+
+
 def trap_in_effect(facts: HugepageFacts, a: PoolAssessment) -> bool:
     """MAP_HUGETLB fails beside a pool (:attr:`PoolAssessment.trap`) now, and no fix for it is
-    waiting in the configuration. Whether that is the seed's trap is :func:`assess_trap`'s
-    answer."""
+    waiting in the configuration (:func:`pool_fix_pending`). Whether that is the seed's trap
+    is :func:`assess_trap`'s answer."""
     if not a.trap or a.pool is None:
         return False
-    pending = pending_pool(facts, a.pool.total)
-    return not (pending and pool_resolved(pending.pages, a))
+    return pool_fix_pending(facts, a) is None
 
 
 def pool_resolved(pages: int, a: PoolAssessment) -> bool:

@@ -15,7 +15,7 @@ from typing import Any, Dict
 import pytest
 
 from strata_doctor.facts import PcieLink, speed_text
-from tests.conftest import HOSTS, run_cli
+from tests.conftest import HOSTS, run_cli, seed_copy
 
 
 def check_json(root: Path, *args: str) -> Dict[str, Any]:
@@ -48,6 +48,26 @@ def test_pcie_link_words_say_gts_without_the_kernels_pcie(host: str) -> None:
     assert words
     for text in words:
         assert "GT/s PCIe" not in text, text  # the kernel's "2.5 GT/s PCIe" is evidence, quoted as read
+
+
+# -- 2. THP names the hugepages finding that is there -------------------------------------
+def test_thp_text_follows_the_pool_after_its_fix(tmp_path: Path) -> None:
+    tree = seed_copy(tmp_path)
+    before = check_json(tree)
+    assert "trap" in findings(before, "hugepages")
+    (thp,) = [f for f in findings(before, "transparent-hugepages").values() if f["id"] == "madvise"]
+    assert "(hugepages/trap)" in thp["summary"]
+
+    applied = run_cli(["fix", "--root", str(tree), "--apply", "--yes"])
+    assert applied.exit_code == 0, applied.stdout + applied.stderr
+
+    after = check_json(tree)
+    pool = findings(after, "hugepages")
+    assert "trap" not in pool and "configured" in pool
+    (thp,) = [f for f in findings(after, "transparent-hugepages").values() if f["id"] == "madvise"]
+    assert "hugepages/trap" not in thp["summary"] and "will fail" not in thp["summary"]
+    assert "vm.nr_hugepages = 0 in /etc/sysctl.d/81-strata-doctor.conf" in thp["summary"]
+    assert "runs on THP" in thp["summary"]
 
 
 # -- 3. the compute GPU's reason reads once -----------------------------------------------
