@@ -8,7 +8,7 @@ Mermaid for Markdown, JSON (``strata-doctor/map/v1``) for programs.
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict
+from typing import Any
 
 import click
 
@@ -27,7 +27,7 @@ def map_command(fmt: str, **kwargs: Any) -> None:
 
     _, ctx = open_host(host_from_kwargs(kwargs))
     try:
-        host = build_map(ctx, gpu_models(ctx))
+        host = build_map(ctx)  # GPU names: nvidia-smi's query, read through ctx
     except PlanError as exc:
         raise UsageFailure(str(exc)) from None
     if fmt == "json":
@@ -39,16 +39,3 @@ def map_command(fmt: str, **kwargs: Any) -> None:
         ascii_only = not render_map.encodable(getattr(stream, "encoding", None))
         click.echo(render_map.to_text(host, ascii_only), nl=False)
 
-
-def gpu_models(ctx: Any) -> Dict[str, str]:
-    """NVIDIA GPUs' names from ``nvidia-smi --query-gpu`` (replayed under a captured root),
-    asked only when the host has an NVIDIA GPU."""
-    if not any(gpu.vendor == 0x10DE for gpu in ctx.gpus):
-        return {}
-    from strata_doctor.facts import NVIDIA_SMI_QUERY
-    from strata_doctor.report import parse_smi_query
-
-    result = ctx.root.run(NVIDIA_SMI_QUERY)
-    if not result.ok:
-        return {}
-    return {address: row.name for address, row in parse_smi_query(result.stdout).items()}

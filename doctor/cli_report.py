@@ -76,7 +76,7 @@ def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], n
     if redactor.enabled:
         redactor.protect(protected_words(ctx, results))
         redactor.learn_host(root)
-        for kind, value in private_values(root):
+        for kind, value in private_values(ctx):
             redactor.add(kind, value)
     bundle_parts = _prepare_bundle(root, ctx, redactor, report) if bundle_out else None
     markdown, data, check = _render(report, check_data, redactor)

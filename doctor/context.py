@@ -27,6 +27,7 @@ from strata_doctor.facts import (
     read_gpus,
     read_kernel_isa,
     read_numa,
+    read_smi_query,
     read_smi_states,
 )
 from strata_doctor.facts_cgroup import EngineLimits, read_engine_limits
@@ -335,10 +336,17 @@ class HostContext:
 
     # -- GPUs as nvidia-smi sees them, and the ISA the kernel gives ----------------------------
     @cached_property
+    def smi_query(self) -> Dict[str, SmiGpuState]:
+        """nvidia-smi's GPU query, one row per NVIDIA GPU by PCI address: model, memory,
+        driver, PCIe link (from its captured or live output); empty without nvidia-smi. The
+        report and the map name GPUs from it; :attr:`smi_states` adds ``nvidia-smi -q``."""
+        return read_smi_query(self.root)
+
+    @cached_property
     def smi_states(self) -> Dict[str, SmiGpuState]:
-        """nvidia-smi's PCIe link and persistence mode of each NVIDIA GPU, by PCI address
-        (from its captured or live output); empty without nvidia-smi."""
-        return read_smi_states(self.root)
+        """:attr:`smi_query`'s rows with each GPU's persistence mode (``nvidia-smi -q``), by
+        PCI address; empty without nvidia-smi."""
+        return read_smi_states(self.root, self.smi_query)
 
     @cached_property
     def kernel_isa(self) -> KernelIsa:

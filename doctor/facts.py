@@ -665,14 +665,16 @@ NVIDIA_SMI_QUERY = Command(
      "--format=csv,noheader"),
     timeout=10.0,
 )
-"""The report's query; its last four columns are the PCIe link as the driver sees it."""
+"""The GPU query (docs/report.md lists its fields): parsed by :func:`parse_smi_query` only,
+read once per host as ``HostContext.smi_query``; the last four columns are the PCIe link
+as the driver sees it."""
 NVIDIA_SMI_Q = Command("nvidia-smi-q", ("nvidia-smi", "-q"), timeout=10.0)
 """``nvidia-smi -q``: every GPU's settings, persistence mode among them."""
 
 
 class SmiGpuState(NamedTuple):
-    """What nvidia-smi says of one GPU: its PCIe link (generation and width, now and at
-    most) and its persistence mode."""
+    """What nvidia-smi says of one GPU: its row of :data:`NVIDIA_SMI_QUERY` (model, memory,
+    driver, the PCIe link's generation and width now and at most) and its persistence mode."""
 
     gen_current: Optional[int] = None
     """``pcie.link.gen.current``."""
@@ -684,6 +686,16 @@ class SmiGpuState(NamedTuple):
     """``pcie.link.width.max``."""
     persistence: Optional[bool] = None
     """``Persistence Mode`` from ``nvidia-smi -q``; None when not captured."""
+    name: Optional[str] = None
+    """``name``: the marketing name (``NVIDIA GeForce GTX 1080 Ti``)."""
+    memory: Optional[str] = None
+    """``memory.total`` as printed (``11264 MiB``)."""
+    driver: Optional[str] = None
+    """``driver_version``."""
+    uuid: Optional[str] = None
+    """``uuid`` as printed (``GPU-...``): the report only redacts it."""
+    serial: Optional[str] = None
+    """``serial`` (``[N/A]`` on GeForce boards): the report only redacts it."""
 
     @property
     def link_known(self) -> bool:
@@ -699,16 +711,26 @@ def smi_address(text: str) -> Optional[str]:
     return f"{int(match.group(1), 16):04x}:{match.group(2).lower()}"
 
 
-def parse_smi_links(text: str) -> Dict[str, SmiGpuState]:
-    """The link columns of :data:`NVIDIA_SMI_QUERY`'s output, by PCI address."""
+def parse_smi_query(text: str) -> Dict[str, SmiGpuState]:
+    """:data:`NVIDIA_SMI_QUERY`'s rows by PCI address: the one parser of that output.
+
+    A row with fewer columns (a capture of an older, shorter query) gives what it has; the
+    link needs all ten. Lines that name no PCI address (a header, garbage) are skipped.
+    """
     rows: Dict[str, SmiGpuState] = {}
     for line in text.splitlines():
         fields = [f.strip() for f in line.split(",")]
-        address = smi_address(fields[0]) if len(fields) >= 10 else None
+        address = smi_address(fields[0]) if len(fields) >= 2 else None
         if address is None:
             continue
-        gen_now, gen_max, width_now, width_max = (parse_int(f) for f in fields[-4:])
-        rows[address] = SmiGpuState(gen_now, gen_max, width_now, width_max)
+        column = dict(enumerate(fields))
+        gen_now, gen_max, width_now, width_max = (
+            (parse_int(f) for f in fields[-4:]) if len(fields) >= 10 else (None, None, None, None))
+        rows[address] = SmiGpuState(
+            gen_now, gen_max, width_now, width_max, name=fields[1] or None,
+            memory=column.get(2) or None, driver=column.get(3) or None,
+            uuid=column.get(4) or None, serial=column.get(5) or None,
+        )
     return rows
 
 
@@ -726,11 +748,18 @@ def parse_smi_persistence(text: str) -> Dict[str, bool]:
     return found
 
 
-def read_smi_states(root: Root) -> Dict[str, SmiGpuState]:
-    """nvidia-smi's link and persistence mode of each GPU, by PCI address, from the commands
-    (run live, replayed under a captured root); empty without nvidia-smi."""
-    query, detail = root.run(NVIDIA_SMI_QUERY), root.run(NVIDIA_SMI_Q)
-    states = parse_smi_links(query.stdout) if query.ok else {}
+def read_smi_query(root: Root) -> Dict[str, SmiGpuState]:
+    """:data:`NVIDIA_SMI_QUERY`'s row of each GPU, by PCI address (run live, replayed under
+    a captured root); empty without nvidia-smi."""
+    query = root.run(NVIDIA_SMI_QUERY)
+    return parse_smi_query(query.stdout) if query.ok else {}
+
+
+def read_smi_states(root: Root, query: Optional[Dict[str, SmiGpuState]] = None) -> Dict[str, SmiGpuState]:
+    """Each GPU's query row (``query``, else :func:`read_smi_query`) with its persistence
+    mode from ``nvidia-smi -q``, by PCI address; empty without nvidia-smi."""
+    detail = root.run(NVIDIA_SMI_Q)
+    states = dict(read_smi_query(root) if query is None else query)
     for address, enabled in (parse_smi_persistence(detail.stdout) if detail.ok else {}).items():
         states[address] = states.get(address, SmiGpuState())._replace(persistence=enabled)
     return states

@@ -149,8 +149,9 @@ class HostMap(NamedTuple):
 
 
 def build_map(ctx: HostContext, models: Optional[Mapping[str, str]] = None) -> HostMap:
-    """The picture of the host in ``ctx``. ``models`` maps PCI addresses to GPU names
-    (nvidia-smi's); GPUs it does not name are shown by vendor and PCI ids.
+    """The picture of the host in ``ctx``. ``models`` maps PCI addresses to GPU names; by
+    default nvidia-smi's (:func:`gpu_models`). GPUs it does not name are shown by vendor
+    and PCI ids.
 
     Raises :class:`~strata_doctor.api.PlanError` for a ``numa:`` node the host lacks."""
     plan = plan_for_context(ctx)
@@ -189,13 +190,21 @@ def build_map(ctx: HostContext, models: Optional[Mapping[str, str]] = None) -> H
         sockets=cpu.sockets,
         cpus=len(online),
         memory_total=total,
-        gpus=gpu_list(ctx, models or {}),
+        gpus=gpu_list(ctx, gpu_models(ctx) if models is None else models),
         engine=engine,
         plan=plan,
         arena=arena_place(ctx),
         fix=fix,
         changes=changes,
     )
+
+
+def gpu_models(ctx: HostContext) -> Mapping[str, str]:
+    """NVIDIA GPUs' names from nvidia-smi's GPU query (``ctx.smi_query``, replayed under a
+    captured root), asked only when the host has an NVIDIA GPU."""
+    if not any(gpu.vendor == 0x10DE for gpu in ctx.gpus):
+        return {}
+    return {address: row.name for address, row in ctx.smi_query.items() if row.name}
 
 
 def gpu_list(ctx: HostContext, models: Mapping[str, str]) -> Tuple[MapGpu, ...]:

@@ -19,7 +19,7 @@ from strata_doctor import __version__
 from strata_doctor.binding import numactl_line
 from strata_doctor.context import HostContext, place_gpu
 from strata_doctor.engine import SYSTEMD_VERSION, EngineConfig, command_outcome
-from strata_doctor.facts import NVIDIA_SMI_QUERY, Gpu, normalize_address, smi_address
+from strata_doctor.facts import NVIDIA_SMI_QUERY, Gpu, normalize_address
 from strata_doctor.facts_cpu_policy import DETECT_VIRT
 from strata_doctor.model import CheckResult, Finding, Severity
 from strata_doctor.oomd import OOMD_ACTIVE
@@ -35,7 +35,8 @@ from strata_doctor.root import Command, CommandResult, Root
 REPORT_SCHEMA = "strata-doctor/report/v1"
 NVIDIA_SMI = Command("nvidia-smi", ("nvidia-smi",), timeout=10.0)
 REPORT_COMMANDS = (NVIDIA_SMI, NVIDIA_SMI_QUERY, SYSTEMD_VERSION, OOMD_ACTIVE)
-"""Commands the report runs (pcie-link shares the query); recorded and bundled like the checks' own."""
+"""Commands the report runs (pcie-link shares the query; its rows are read as
+``ctx.smi_query``); recorded and bundled like the checks' own."""
 
 ISA_NAMES = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16",
              "avx512_vnni": "AVX-512 VNNI", "amx_tile": "AMX", "amx_bf16": "AMX BF16"}
@@ -350,9 +351,8 @@ def host_map(ctx: HostContext) -> Optional[str]:
     from strata_doctor.hostmap import build_map
     from strata_doctor.render_map import to_mermaid
 
-    smi = parse_smi_query(_stdout(ctx.root.run(NVIDIA_SMI_QUERY)))
     try:
-        return to_mermaid(build_map(ctx, {address: row.name for address, row in smi.items()}))
+        return to_mermaid(build_map(ctx))
     except PlanError:  # numa: N names no node; the checks say so
         return None
 
@@ -456,56 +456,24 @@ def _system_name(root: Root) -> Optional[str]:
     return text or None
 
 
-@dataclass(frozen=True)
-class SmiGpu:
-    """One row of ``nvidia-smi --query-gpu``: name, memory and driver of one GPU."""
-
-    name: str
-    """Marketing name."""
-    memory: Optional[str]
-    """``memory.total`` as printed."""
-    driver: Optional[str]
-    """``driver_version``."""
-
-
-def parse_smi_query(text: str) -> Dict[str, SmiGpu]:
-    """Parse ``nvidia-smi --query-gpu=pci.bus_id,name,memory.total,driver_version,...``.
-
-    Keys are normalised PCI addresses (nvidia-smi prints an 8-digit domain).
-    """
-    rows: Dict[str, SmiGpu] = {}
-    for line in text.splitlines():
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) < 2 or fields[0].lower().startswith("pci.bus_id"):
-            continue
-        address = smi_address(fields[0])
-        if address is None:
-            continue
-        memory = fields[2] if len(fields) > 2 and fields[2] else None
-        driver = fields[3] if len(fields) > 3 and fields[3] else None
-        rows[address] = SmiGpu(fields[1], memory, driver)
-    return rows
-
-
-def private_values(root: Root) -> List[Tuple[str, str]]:
+def private_values(ctx: HostContext) -> List[Tuple[str, str]]:
     """(kind, value) pairs only the report's commands reveal: GPU UUIDs and serials.
 
     Patterns catch most private strings; a GPU serial is a bare number, so it must be known
     to be replaced.
     """
     values: List[Tuple[str, str]] = []
-    for line in _stdout(root.run(NVIDIA_SMI_QUERY)).splitlines():
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) > 4:
-            values.append(("uuid", re.sub(r"^(GPU|MIG)-", "", fields[4])))
-        if len(fields) > 5:
-            values.append(("serial", fields[5]))
+    for row in ctx.smi_query.values():
+        if row.uuid:
+            values.append(("uuid", re.sub(r"^(GPU|MIG)-", "", row.uuid)))
+        if row.serial:
+            values.append(("serial", row.serial))
     return values
 
 
 def gpu_lines(ctx: HostContext) -> Tuple[GpuLine, ...]:
     """Every GPU, the compute GPU first."""
-    smi = parse_smi_query(_stdout(ctx.root.run(NVIDIA_SMI_QUERY)))
+    smi = ctx.smi_query
     placement = ctx.placement
     compute = placement.gpu.address if placement else None
     lines = []
@@ -517,7 +485,7 @@ def gpu_lines(ctx: HostContext) -> Tuple[GpuLine, ...]:
         found = smi.get(normalize_address(gpu.address))
         lines.append(GpuLine(
             address=gpu.address,
-            model=found.name if found else f"{gpu.vendor_name} {gpu.ids}",
+            model=found.name if found and found.name else f"{gpu.vendor_name} {gpu.ids}",
             ids=gpu.ids,
             memory=found.memory if found else None,
             driver=gpu.driver,

@@ -173,6 +173,17 @@ def test_mermaid_escapes_host_text(tmp_path: Path) -> None:
     assert 'Evil "GPU" <script>#1 é?[2J' in to_text(host)
 
 
+def test_gpu_names_come_from_the_context(tmp_path: Path) -> None:
+    """The map names GPUs from ``ctx.smi_query``, the one reader of nvidia-smi's GPU query."""
+    files = two_node_files()
+    files["/.strata-doctor/commands/nvidia-smi-query.txt"] = (
+        "00000000:81:00.0, NVIDIA GeForce GTX 1080 Ti, 11264 MiB, 550.54.15, GPU-x, 0, 3, 3, 16, 16\n")
+    ctx = HostContext(Root(str(write_tree(tmp_path / "host", files))), EngineConfig())
+    assert ctx.smi_query["0000:81:00.0"].name == "NVIDIA GeForce GTX 1080 Ti"
+    host = build_map(ctx)
+    assert [gpu.model for gpu in host.gpus] == ["NVIDIA GeForce GTX 1080 Ti"]
+
+
 def test_mermaid_links_the_plan_and_the_gpu() -> None:
     text = run_cli(["map", "--root", str(HOSTS / "xeon-snc2"), "--format", "mermaid"]).stdout
     assert "  gpu_0000_98_00_0 --- node2" in text

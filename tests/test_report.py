@@ -17,7 +17,7 @@ from typing import Dict, List
 
 import pytest
 
-from strata_doctor.report import parse_smi_query
+from strata_doctor.facts import parse_smi_query
 from tests.conftest import HOSTS, REPO, UNBOUND_UNIT, compare_golden, run_cli, two_node_files, write_tree
 
 GOLDEN = REPO / "tests" / "golden" / "report"
@@ -169,10 +169,35 @@ def test_smi_query_parser() -> None:
         "pci.bus_id, name, memory.total [MiB]\n"
         "00000000:84:00.0, NVIDIA GeForce GTX 1080 Ti, 11264 MiB, 550.54.15, GPU-x, 1\n"
         "garbage\n0000:03:00.0, NVIDIA GeForce GT 710\n"
+        "00000000:41:00.0, NVIDIA H100 PCIe, 81559 MiB, 550.54.15, GPU-y, 1654, 4, 5, 16, 16\n"
     )
     assert rows["0000:84:00.0"].name == "NVIDIA GeForce GTX 1080 Ti"
     assert rows["0000:84:00.0"].memory == "11264 MiB"
+    assert rows["0000:84:00.0"].driver == "550.54.15"
+    assert not rows["0000:84:00.0"].link_known
     assert rows["0000:03:00.0"].memory is None
+    h100 = rows["0000:41:00.0"]
+    assert (h100.name, h100.uuid, h100.serial) == ("NVIDIA H100 PCIe", "GPU-y", "1654")
+    assert (h100.gen_current, h100.gen_max, h100.width_current, h100.width_max) == (4, 5, 16, 16)
+
+
+def test_the_gpu_query_is_parsed_once(planted_host: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One parser (facts.parse_smi_query), read once per host through ctx.smi_query: the
+    checks, the Hardware section, the map and redaction all take its rows."""
+    from strata_doctor import facts
+
+    calls: List[str] = []
+    parse = facts.parse_smi_query
+
+    def counted(text: str) -> Dict[str, facts.SmiGpuState]:
+        calls.append(text)
+        return parse(text)
+
+    monkeypatch.setattr(facts, "parse_smi_query", counted)
+    result = run_cli(["report", "--root", str(planted_host)])
+    assert result.exit_code == 0, result.stderr
+    assert "- GPU: **NVIDIA GeForce GTX 1080 Ti**, 11264 MiB" in result.stdout
+    assert len(calls) == 1
 
 
 def test_docs_list_exactly_the_fields_of_the_query() -> None:
