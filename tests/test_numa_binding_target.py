@@ -151,3 +151,20 @@ def test_a_cpuset_without_the_chosen_node_says_it_is_chosen(tmp_path: Path) -> N
     assert found.summary.startswith(
         "binding strata.service to the chosen node 0 (the GPU is on node 1) is impossible in the "
         "engine's cgroup: cpuset.mems 1 excludes it and cpuset.cpus 4-7 holds none of its CPUs (0-3)")
+
+
+def test_every_deferral_has_cgroup_limits_error_beside_it() -> None:
+    """On every fixture host: numa-binding defers exactly where cgroup-limits reports the
+    cpuset as an error, so the one cause is never left without its error and fix."""
+    hosts = sorted(p for p in HOSTS.iterdir() if p.is_dir())
+    deferred = []
+    for host in hosts:
+        found = json.loads(run_cli(["check", "--root", str(host), "--format", "json"]).stdout)["findings"]
+        ids = {(f["check"], f["id"], f["severity"]) for f in found}
+        defers = ("numa-binding", "cgroup-excludes-node", "info") in ids
+        fenced = bool(ids & {("cgroup-limits", "cpuset-mems", "error"),
+                             ("cgroup-limits", "cpuset-cpus", "error")})
+        assert defers == fenced, host.name
+        if defers:
+            deferred.append(host.name)
+    assert deferred == ["container-numa-limits"]
