@@ -189,7 +189,7 @@ def build_plan(ctx: HostContext, results: Sequence[CheckResult], options: PlanOp
     for result in results:
         for finding in result.findings:
             name = f"{finding.check}/{finding.id}"
-            if finding.id == "configured":
+            if finding.id == "configured" and _selected(finding, options):
                 configured.append(finding.check)
             if not _selected(finding, options):
                 if finding.fix is not None:
@@ -559,6 +559,7 @@ def nothing_to_change(plan: FixPlan, applying: bool = False) -> List[str]:
     done = [a.finding for a in plan.answers
             if any(a.finding in f.findings for f in plan.files)]  # written, all unchanged
     done.extend(check for check in plan.configured if not any(d.startswith(check + "/") for d in done))
+    done = [OPT_IN_NAMES.get(name, name.replace("/configured", "")) for name in done]
     acting = {name for a in plan.actions for name in a.findings}
     live_only = [a.finding for a in plan.answers if a.finding in acting and a.finding not in done]
     manual = {name for names, _ in plan.manual for name in names.split(", ")}
@@ -580,6 +581,10 @@ def nothing_to_change(plan: FixPlan, applying: bool = False) -> List[str]:
     if not clauses:
         clauses.append("no finding on this host needs a fix")
     return [f"Nothing to change: {'; '.join(clauses)}{'; nothing written' if applying else ''}."]
+
+
+OPT_IN_NAMES = {"fix/reserve-node": "--reserve-node", "fix/preflight": "--preflight"}
+"""How an empty plan names the opt-in fixes' answers."""
 
 
 def _next_step(plan: FixPlan, applying: bool) -> List[str]:

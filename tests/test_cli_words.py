@@ -100,6 +100,9 @@ def test_apply_shows_words_once_and_where_the_originals_are(tmp_path: Path) -> N
     assert "Run `cpupower frequency-set -g performance` as root." in again.stdout
     assert again.stdout.splitlines()[-1].startswith("Next: `strata-doctor check -v` says what the "
                                                     "configured fixes still wait for")
+    only = run_cli(["fix", "--root", str(tree), "--only", "oomd"]).stdout
+    assert ("Nothing to change: every fix is already in place (oomd); cpu-frequency/powersave is left "
+            "alone (--only/--skip).") in only
 
 
 def test_nothing_to_fix_is_not_called_already_in_place(tmp_path: Path) -> None:
