@@ -117,12 +117,14 @@ def assess_pool(facts: HugepageFacts, config: EngineConfig, engine_pid: Optional
 class MemoryProjection(NamedTuple):
     """Ordinary (non-hugetlb) memory after the engine's next start."""
 
-    mem_total: int
-    """``MemTotal``."""
-    hugetlb: int
-    """Memory locked in hugepage pools (not usable by ordinary allocations)."""
-    available: int
-    """Ordinary memory the engine can have: MemAvailable plus what the engine holds now."""
+    free_now: int
+    """Ordinary memory free now: ``MemAvailable`` (``MemFree`` without it). Hugepage pools are
+    never in it, so MemTotal minus the pools is no part of the sum."""
+    free_source: str
+    """The meminfo field ``free_now`` is: ``MemAvailable`` or ``MemFree``."""
+    engine_held: int
+    """Ordinary memory the running engine holds now (its resident memory less its hugepages),
+    free again when it restarts; 0 when no engine runs."""
     need: int
     """Ordinary memory the engine will take: arena (unless MAP_HUGETLB succeeds) + K/V, or its
     whole footprint now when that is larger (runtime, heap, CUDA context)."""
@@ -130,6 +132,13 @@ class MemoryProjection(NamedTuple):
     """The headroom to keep (``headroom:``)."""
     footprint: bool = False
     """Whether ``need`` is the running engine's footprint rather than arena + K/V."""
+    given_back: int = 0
+    """Memory a pool given back adds (:attr:`TrapVerdict.released`); 0 with the pool as it is."""
+
+    @property
+    def available(self) -> int:
+        """Ordinary memory the engine can have: free now, what it holds, what a pool gives back."""
+        return self.free_now + self.engine_held + self.given_back
 
     @property
     def left(self) -> int:
@@ -143,22 +152,33 @@ class MemoryProjection(NamedTuple):
 
     @property
     def arithmetic(self) -> str:
-        """The sum, with the host's numbers."""
-        return (f"{format_bytes(self.available)} available (MemTotal {format_bytes(self.mem_total)}, "
-                f"{format_bytes(self.hugetlb)} in hugepage pools) - {format_bytes(self.need)} for "
-                f"the engine{' (its footprint now)' if self.footprint else ''} = "
-                f"{format_bytes(self.left)} left (headroom {format_bytes(self.headroom)})")
+        """The sum, with the host's numbers, each term named so that a reader can redo it:
+        ``MemAvailable 13.49 GiB + 52.91 GiB the running engine holds (free again at its
+        restart) - 52.91 GiB for the engine (its footprint now) = 13.49 GiB left (headroom
+        4.00 GiB)``."""
+        terms = [f"{self.free_source} {format_bytes(self.free_now)}"]
+        if self.engine_held:
+            terms.append(f"{format_bytes(self.engine_held)} the running engine holds (free again "
+                         "at its restart)")
+        if self.given_back:
+            terms.append(f"{format_bytes(self.given_back)} the pool gives back")
+        return (" + ".join(terms) + f" - {format_bytes(self.need)} for the engine"
+                f"{' (its footprint now)' if self.footprint else ''} = {format_bytes(self.left)} "
+                f"left (headroom {format_bytes(self.headroom)})")
 
 
 def project_memory(
     facts: HugepageFacts, config: EngineConfig, assessment: PoolAssessment,
     engine_resident: int,
 ) -> Optional[MemoryProjection]:
-    """Project ordinary memory after the next start; None without MemTotal or an arena."""
+    """Project ordinary memory after the next start; None without MemTotal, free memory or an
+    arena."""
     total = facts.mem("MemTotal")
-    available = facts.mem("MemAvailable")
+    source = "MemAvailable"
+    available = facts.mem(source)
     if available is None:
-        available = facts.mem("MemFree")
+        source = "MemFree"
+        available = facts.mem(source)
     if total is None or available is None or config.arena_bytes is None:
         return None
     engine_hugetlb = assessment.engine_pages * facts.page_size
@@ -167,8 +187,8 @@ def project_memory(
     pinned = config.kv_bytes + (0 if in_pool else config.arena_bytes)
     # A running engine comes back with its whole footprint, not only arena + K/V.
     need = max(pinned, ordinary_held)
-    return MemoryProjection(total, facts.hugetlb_bytes, available + ordinary_held, need,
-                            config.headroom_bytes, footprint=need > pinned)
+    return MemoryProjection(available, source, ordinary_held, need, config.headroom_bytes,
+                            footprint=need > pinned)
 
 
 class PendingPool(NamedTuple):
@@ -219,7 +239,7 @@ class TrapVerdict(NamedTuple):
     def released(self) -> Optional[MemoryProjection]:
         """The projection with the pool given back."""
         p = self.projection
-        return p._replace(available=p.available + self.held_back) if p is not None else None
+        return p._replace(given_back=self.held_back) if p is not None else None
 
     @property
     def pool_short(self) -> bool:

@@ -9,13 +9,16 @@ terms add up, and arena-fit's pass and failure in one sentence shape.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import pytest
 
 from strata_doctor.facts import PcieLink, speed_text
 from tests.conftest import HOSTS, run_cli, seed_copy
+
+GIB = r"(-?[0-9][0-9,]*\.[0-9]{2}) GiB"
 
 
 def check_json(root: Path, *args: str) -> Dict[str, Any]:
@@ -28,6 +31,9 @@ def check_json(root: Path, *args: str) -> Dict[str, Any]:
 def findings(data: Dict[str, Any], check_id: str) -> Dict[str, Dict[str, Any]]:
     return {f["id"]: f for f in data["findings"] if f["check"] == check_id}
 
+
+def gib(text: str) -> float:
+    return float(text.replace(",", ""))
 
 
 # -- 1. one way to write a link ----------------------------------------------------------
@@ -84,3 +90,32 @@ def test_gpu_named_by_the_option_says_so() -> None:
     data = check_json(HOSTS / "desktop-1s", "--gpu", "01:00.0")
     compute = next(g for g in data["facts"]["gpus"] if g["compute"])
     assert compute["choice_reason"] == "the GPU named by --gpu (0000:01:00.0)"
+
+
+# -- 4. a memory sum the reader can redo --------------------------------------------------
+def _sum_terms(sentence: str) -> None:
+    """``A GiB + B GiB ... - C GiB ... = D GiB left``: one figure per term, and it adds up."""
+    lhs, _, rhs = sentence.partition(" = ")
+    assert rhs, sentence
+    parts = re.split(r" ([+-]) ", lhs)
+    total = 0.0
+    for index in range(0, len(parts), 2):
+        figures = re.findall(GIB, parts[index])
+        assert len(figures) == 1, f"term {parts[index]!r} of {sentence!r} holds {figures}"
+        sign = -1.0 if index and parts[index - 1] == "-" else 1.0
+        total += sign * gib(figures[0])
+    (left,) = re.findall(GIB, rhs.split(" left")[0])
+    # Each term is rounded to 0.01 GiB on its own.
+    assert abs(total - gib(left)) <= 0.01 * (len(parts) // 2 + 1), sentence
+
+
+def test_the_projected_memory_adds_up_on_the_seed_host() -> None:
+    data = check_json(HOSTS / "seed-box")
+    texts: List[str] = [findings(data, "hugepages")["trap"]["detail"],
+                        findings(data, "oomd")["trap-chain"]["detail"]]
+    for text in texts:
+        match = re.search(r"(MemAvailable [^=]*= [^ ]+ GiB) left", text.replace("\n", " "))
+        assert match, text
+        _sum_terms(match.group(1) + " left")
+        assert "MemAvailable 13.49 GiB" in text  # /proc/meminfo's 14145468 kB
+        assert "MemTotal" not in match.group(1)
