@@ -12,7 +12,7 @@ from typing import FrozenSet, Mapping, NamedTuple, Optional, Tuple
 
 from strata_doctor.api import NumaPlan, plan_for_context
 from strata_doctor.context import HostContext, place_gpu
-from strata_doctor.facts import Gpu, PcieLink, normalize_address
+from strata_doctor.facts import Gpu, normalize_address
 from strata_doctor.parse import format_bytes, format_cpulist, parse_cpulist
 
 FIX_COMMAND = "strata-doctor fix --only numa-binding"
@@ -221,7 +221,7 @@ def gpu_list(ctx: HostContext, models: Mapping[str, str]) -> Tuple[MapGpu, ...]:
             ids=gpu.ids,
             node=node,
             node_source=source,
-            link=link_text(gpu.link),
+            link=gpu.link.text,  # facts.PcieLink.text: the one way a link is written
             compute=gpu.address == compute,
             boot_display=bool(gpu.boot_vga),
         ))
@@ -238,19 +238,6 @@ def _pci_name(gpu: Gpu) -> str:
 def printable(text: str) -> str:
     """Host text without control characters (a captured nvidia-smi output is host input)."""
     return "".join(char if char.isprintable() else "?" for char in text)
-
-
-def link_text(link: PcieLink) -> Optional[str]:
-    """``8.0 GT/s x16``, with ``(max ...)`` when the link trained below its maximum."""
-    if not link.known:
-        return None
-
-    def speed(text: Optional[str]) -> str:
-        return (text or "?").replace(" PCIe", "")  # the kernel writes "8.0 GT/s PCIe"
-
-    now = f"{speed(link.current_speed)} x{link.current_width or '?'}"
-    top = f"{speed(link.max_speed)} x{link.max_width or '?'}"
-    return now if now == top else f"{now} (max {top})"
 
 
 def engine_now(ctx: HostContext) -> EngineNow:

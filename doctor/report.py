@@ -19,7 +19,7 @@ from strata_doctor import __version__
 from strata_doctor.binding import numactl_line
 from strata_doctor.context import HostContext, place_gpu
 from strata_doctor.engine import SYSTEMD_VERSION, EngineConfig, command_outcome
-from strata_doctor.facts import NVIDIA_SMI_QUERY, Gpu, normalize_address
+from strata_doctor.facts import NVIDIA_SMI_QUERY, normalize_address
 from strata_doctor.facts_cpu_policy import DETECT_VIRT
 from strata_doctor.model import CheckResult, Finding, Severity
 from strata_doctor.oomd import OOMD_ACTIVE
@@ -491,16 +491,12 @@ def gpu_lines(ctx: HostContext) -> Tuple[GpuLine, ...]:
             driver=gpu.driver,
             node=node,
             node_source=source,
-            link=_link_text(gpu),
+            link=gpu.link.text,  # facts.PcieLink.text: the one way a link is written; "PCIe" is ours
             compute=chosen,
             role=role,
         ))
     lines.sort(key=lambda line: (not line.compute, line.address))
     return tuple(lines)
-
-
-def _link_text(gpu: Gpu) -> Optional[str]:
-    return gpu.link.text  # one way to write a link (facts.PcieLink.text): "PCIe" is ours, once
 
 
 # -- engine and memory ----------------------------------------------------------

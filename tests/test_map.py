@@ -184,6 +184,17 @@ def test_gpu_names_come_from_the_context(tmp_path: Path) -> None:
     assert [gpu.model for gpu in host.gpus] == ["NVIDIA GeForce GTX 1080 Ti"]
 
 
+@pytest.mark.parametrize("host", ["seed-box", "desktop-1s"])
+def test_map_and_report_write_a_link_alike(host: str) -> None:
+    """One writer of link text (facts.PcieLink.text): the map and the report's Hardware agree,
+    and neither says PCIe twice."""
+    drawn = json.loads(run_cli(["map", "--root", str(HOSTS / host), "--format", "json"]).stdout)
+    report = json.loads(run_cli(["report", "--root", str(HOSTS / host), "--format", "json"]).stdout)
+    links = {gpu["address"]: gpu["link"] for gpu in drawn["gpus"]}
+    assert links == {gpu["address"]: gpu["link"] for gpu in report["report"]["hardware"]["gpus"]}
+    assert all(link and "PCIe" not in link for link in links.values()), links
+
+
 def test_mermaid_links_the_plan_and_the_gpu() -> None:
     text = run_cli(["map", "--root", str(HOSTS / "xeon-snc2"), "--format", "mermaid"]).stdout
     assert "  gpu_0000_98_00_0 --- node2" in text
