@@ -14,7 +14,9 @@ class ArenaFit(Check):
     """Compares the engine's pinned memory with the chosen node's memory.
 
     Need = arena + K/V + headroom (default 4 GiB, ``headroom:`` in the config). On the seed
-    box that is 46.84 + 3.09 + 4 GiB against node 1's 64 GiB: it fits with room to spare.
+    box that is 46.84 + 3.09 + 4.00 = 53.93 GiB against node 1's 63.00 GiB: it fits with
+    9.07 GiB to spare. Both verdicts are one sentence: the sum, ``fits`` or ``does not
+    fit``, the node's MemTotal, and what is to spare or short.
     Reads ``/sys/devices/system/node/nodeN/meminfo`` (MemTotal, MemFree) for the planned
     node(s), or ``/proc/meminfo`` on a host with one node. Memory the running engine
     already holds on the node counts as available to it. When the need exceeds MemTotal the
@@ -42,24 +44,23 @@ class ArenaFit(Check):
             return
         held = self._engine_bytes(ctx, nodes)
         available = (free or 0) + held
+        # One sentence for both verdicts: the sum, the verdict, the node, the difference.
         arith = (
             f"arena {format_bytes(config.arena_bytes or 0)} + K/V {format_bytes(config.kv_bytes)}"
-            f" = {format_bytes(pinned)}, plus {format_bytes(config.headroom_bytes)} headroom"
+            f" + headroom {format_bytes(config.headroom_bytes)} = {format_bytes(need)}"
         )
         if need > total:
             short = need - total
             yield self.finding(
                 "does-not-fit", Severity.ERROR,
-                f"{arith} = {format_bytes(need)} does not fit {where} "
-                f"({format_bytes(total)}): short by {format_bytes(short)}",
+                f"{arith} does not fit {where} ({format_bytes(total)}): {format_bytes(short)} short",
                 detail=self._spill(ctx, nodes, short),
                 evidence=evidence,
             )
             return
         yield self.finding(
             "fits", Severity.OK,
-            f"{arith}: {format_bytes(pinned)} fits {where} ({format_bytes(total)}) with "
-            f"{format_bytes(total - need)} to spare",
+            f"{arith} fits {where} ({format_bytes(total)}): {format_bytes(total - need)} to spare",
             evidence=evidence,
         )
         if need > available:

@@ -119,3 +119,22 @@ def test_the_projected_memory_adds_up_on_the_seed_host() -> None:
         _sum_terms(match.group(1) + " left")
         assert "MemAvailable 13.49 GiB" in text  # /proc/meminfo's 14145468 kB
         assert "MemTotal" not in match.group(1)
+
+
+# -- 5. arena-fit: one sentence shape for both verdicts -----------------------------------
+ARENA = re.compile(rf"^arena {GIB} \+ K/V {GIB} \+ headroom {GIB} = {GIB} (fits|does not fit) "
+                   rf"(node [0-9,]+|nodes [0-9,]+|this host) \({GIB}\): {GIB} (to spare|short)$")
+
+
+@pytest.mark.parametrize("arena,verdict", [("46.84GiB", "fits"), ("80GiB", "does not fit")])
+def test_arena_fit_says_fits_and_does_not_fit_alike(arena: str, verdict: str) -> None:
+    data = check_json(HOSTS / "seed-box", "--arena", arena)
+    found = findings(data, "arena-fit")
+    finding = found["fits" if verdict == "fits" else "does-not-fit"]
+    match = ARENA.match(finding["summary"])
+    assert match, finding["summary"]
+    a, kv, headroom, need, said, _, total, diff, tail = match.groups()
+    assert said == verdict and tail == ("to spare" if verdict == "fits" else "short")
+    assert abs(gib(a) + gib(kv) + gib(headroom) - gib(need)) <= 0.03
+    signed = gib(total) - gib(need) if verdict == "fits" else gib(need) - gib(total)
+    assert abs(signed - gib(diff)) <= 0.02

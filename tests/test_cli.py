@@ -107,7 +107,7 @@ def test_default_config_under_root_is_read(two_node_host: Path) -> None:
     result = run_cli(["check", "arena-fit", "--root", str(two_node_host)])
     assert result.exit_code == 1
     assert "does not fit node 1" in result.stdout
-    assert "short by 9.00 GiB" in result.stdout  # 20 + 1 + 4 headroom - 16
+    assert "(16.00 GiB): 9.00 GiB short" in result.stdout  # 20 + 1 + 4 headroom - 16
 
 
 def test_arena_option_overrides_config(two_node_host: Path) -> None:
