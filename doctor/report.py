@@ -407,7 +407,9 @@ def finding_line(finding: Finding) -> FindingLine:
         detail=finding.detail,
         ignored=finding.ignored,
         fix=fix.summary if fix else None,
-        fix_steps=tuple(step.text for step in fix.manual) if fix else (),
+        fix_steps=tuple(step.text for step in fix.manual) + tuple(  # a unit restart is an action now
+            f"Restart {a.target} when convenient: the changes apply at its next start."
+            for a in fix.actions if a.kind == "restart-unit") if fix else (),
         evidence=tuple((e.source, e.value) for e in finding.evidence),
     )
 
