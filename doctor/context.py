@@ -110,8 +110,8 @@ class HostContext:
     def compute_gpu(self) -> Tuple[Optional[Gpu], str]:
         """(the compute GPU, why it was chosen), or (None, why there is none): a BMC's or a
         hypervisor's display chip is never taken unless ``--gpu`` or the config names it."""
-        by = self.config.gpu_named_by if self.gpu_choice == self.config.gpu else "--gpu"
-        return choose_compute_gpu(self.gpus, self.gpu_choice, by)
+        config = self.config if self.gpu_choice == self.config.gpu else EngineConfig()
+        return choose_compute_gpu(self.gpus, self.gpu_choice, config.gpu_named_by, config.gpu_setting)
 
     @cached_property
     def placement(self) -> Optional[GpuPlacement]:
@@ -360,10 +360,11 @@ class GpuChoiceError(Exception):
 
 
 def choose_compute_gpu(
-    gpus: Tuple[Gpu, ...], wanted: Optional[str], named_by: str = "--gpu"
+    gpus: Tuple[Gpu, ...], wanted: Optional[str], named_by: str = "--gpu", setting: str = "--gpu",
 ) -> Tuple[Optional[Gpu], str]:
     """Pick the GPU the engine computes on, with the reason (a noun phrase: "Chosen as the
-    only GPU"); ``named_by`` says who named ``wanted`` (``--gpu``, ``gpu: in FILE``)."""
+    only GPU"); ``named_by`` says who named ``wanted`` (``--gpu``, ``gpu: in FILE``), and
+    ``setting`` how an error names it (``--gpu``, ``FILE: gpu:``)."""
     if wanted:
         address = normalize_address(wanted)
         for gpu in gpus:
@@ -371,7 +372,7 @@ def choose_compute_gpu(
                 return gpu, f"the GPU named by {named_by} ({address})"
         known = ", ".join(g.address for g in gpus) or "none"
         raise GpuChoiceError(
-            f"--gpu {wanted}: no display-class PCI function at {address} (found: {known})"
+            f"{setting} {wanted}: no display-class PCI function at {address} (found: {known})"
         )
     if not gpus:
         return None, "no display-class PCI function found"

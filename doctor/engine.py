@@ -83,6 +83,14 @@ class EngineConfig(NamedTuple):
         return f"gpu: in {self.gpu_source}"
 
     @property
+    def gpu_setting(self) -> str:
+        """How an error names the setting that chose the GPU: ``--gpu``, or
+        ``/etc/strata-doctor.yaml: gpu:`` as for any other bad config value."""
+        if self.gpu_source in (None, "command line"):
+            return "--gpu"
+        return f"{self.gpu_source}: gpu:"
+
+    @property
     def pinned_bytes(self) -> Optional[int]:
         """Arena plus K/V: what the engine pins in host RAM."""
         return None if self.arena_bytes is None else self.arena_bytes + self.kv_bytes

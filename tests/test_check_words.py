@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -90,6 +91,20 @@ def test_gpu_named_by_the_option_says_so() -> None:
     data = check_json(HOSTS / "desktop-1s", "--gpu", "01:00.0")
     compute = next(g for g in data["facts"]["gpus"] if g["compute"])
     assert compute["choice_reason"] == "the GPU named by --gpu (0000:01:00.0)"
+
+
+def test_a_config_gpu_that_is_not_there_names_the_config_not_the_option(tmp_path: Path) -> None:
+    tree = tmp_path / "host"
+    shutil.copytree(HOSTS / "desktop-1s", tree, symlinks=True)
+    config = tree / "etc" / "strata-doctor.yaml"
+    config.write_text(config.read_text().replace("0000:01:00.0", "0000:05:00.0"))
+    result = run_cli(["check", "--root", str(tree)])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "strata-doctor: error: /etc/strata-doctor.yaml: gpu: 0000:05:00.0: no display-class PCI "
+        "function at 0000:05:00.0 (found: 0000:01:00.0, 0000:13:00.0)"]
+    result = run_cli(["check", "--root", str(tree), "--gpu", "07:00.0"])
+    assert result.exit_code == 2 and "error: --gpu 07:00.0: no display-class" in result.stderr
 
 
 # -- 4. a memory sum the reader can redo --------------------------------------------------
