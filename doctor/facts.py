@@ -825,7 +825,7 @@ class KernelIsa(NamedTuple):
     def amx_backported(self) -> bool:
         """A RHEL 9.2+ kernel (``5.14.0-284`` and later ``el9``): 5.14 with AMX backported."""
         match = re.match(r"5\.14\.0-(\d+)\..*el9", self.release or "")
-        return match is not None and int(match.group(1)) >= 284
+        return match is not None and (parse_int(match.group(1)) or 0) >= 284
 
 
 def parse_xcomp(text: str) -> Tuple[Optional[int], Optional[str]]:
@@ -849,7 +849,8 @@ def read_kernel_isa(root: Root) -> KernelIsa:
     """The running kernel's side of the ISA: release, arch_prctl's answers, boot options."""
     release = root.read_value("/proc/sys/kernel/osrelease")
     match = re.match(r"(\d+)\.(\d+)", release or "")
-    version = (int(match.group(1)), int(match.group(2))) if match else None
+    numbers = (parse_int(match.group(1)), parse_int(match.group(2))) if match else (None, None)
+    version = (numbers[0], numbers[1]) if numbers[0] is not None and numbers[1] is not None else None
     answer = root.xcomp_permission()
     mask, request = parse_xcomp(answer.stdout) if answer.ok else (None, None)
     cmdline = (root.read("/proc/cmdline") or "").split()
