@@ -79,7 +79,7 @@ class PageCache(Check):
                 "short", Severity.OK,
                 f"page cache is not what keeps the arena off {where}: {format_bytes(free)} free{own} and "
                 f"{format_bytes(file_pages)} of cache against arena + K/V ({format_bytes(pinned)}); "
-                "arena-fit says what does not fit", evidence=evidence)
+                "arena-fit says how much is short", evidence=evidence)
             return
         reclaim = ("zone_reclaim_mode=0: the kernel takes the far node's free pages before it reclaims "
                    "this cache" if mode_value == 0 else
