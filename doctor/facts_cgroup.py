@@ -270,10 +270,13 @@ def _cgroup_limits(root: Root, limits: EngineLimits, cgroup: str, v1: bool,
             if text is not None:
                 read.append(name)
             parsed = parse_cgroup_bytes(text) if text is not None else None
-            if parsed is None or parsed[0] is None:
+            if parsed is None:
                 continue
-            if kind not in found or parsed[0] < (found[kind].value or 0):
-                found[kind] = Limit(parsed[0], text or "", name)
+            # "max" is kept too, so that the file a finding quotes as unlimited is evidence;
+            # any number from the unit's cgroup or a parent is tighter than it.
+            value, current = parsed[0], found.get(kind)
+            if current is None or (value is not None and (current.value is None or value < current.value)):
+                found[kind] = Limit(value, text or "", name)
     changes: Dict[str, object] = {"running": running}
     for kind, key, field in (("max", "MemoryMax", "memory_max"), ("high", "MemoryHigh", "memory_high"),
                              ("swap", "MemorySwapMax", "swap_max")):

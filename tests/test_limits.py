@@ -238,6 +238,9 @@ def test_swap_with_oomd_watching_swap_is_a_warning_and_fixed_by_a_dropin(tmp_pat
     f = found[0]
     assert f.severity is Severity.WARNING and "systemd-oomd watches swap on /" in f.summary
     assert f.fix is not None and f.fix.files[0].path.endswith("60-strata-doctor-swap.conf")
+    # the file the summary quotes as unlimited is evidence, as a limit with a number would be
+    assert "memory.swap.max is max" in f.summary
+    assert (f"{CG}/memory.swap.max", "max") in [(e.source, e.value) for e in f.evidence]
 
 
 def test_swap_max_zero_passes_and_no_swap_passes(tmp_path: Path) -> None:
