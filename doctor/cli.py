@@ -177,11 +177,19 @@ class HostOptions(NamedTuple):
     bundle: Optional[str] = None
 
 
+def _root_dir(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--root`` must be a folder: a wrong one is one line naming it, as ``--bundle``'s is."""
+    if not os.path.lexists(value):
+        raise UsageFailure(f"--root {value}: no such folder")
+    if not os.path.isdir(value):
+        raise UsageFailure(f"--root {value}: not a folder; a report bundle is replayed with --bundle")
+    return value
+
+
 def host_options(func: F) -> F:
     """Add ``--root``, ``--bundle``, ``--config``, ``--arena``, ``--kv``, ``--gpu``, ``--unit``."""
     options = [
-        click.option("--root", default="/", show_default=True, metavar="DIR",
-                     type=click.Path(exists=True, file_okay=False),
+        click.option("--root", default="/", show_default=True, metavar="DIR", callback=_root_dir,
                      help="Read the host from this captured tree instead of /."),
         click.option("--bundle", metavar="FILE",  # a missing FILE is one line: _unpack_bundle
                      help="Replay a host from a report bundle (.tar.gz)."),

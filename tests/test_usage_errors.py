@@ -90,6 +90,17 @@ def test_a_bundle_that_does_not_exist(tmp_path: Path, command: str) -> None:
     assert line == f"strata-doctor: error: --bundle {missing}: no such file"
 
 
+@pytest.mark.parametrize("command", [["check"], ["fix"], ["fix", "--revert"], ["report"], ["map"]])
+def test_a_root_that_is_missing_or_a_file_is_one_line(tmp_path: Path, command: List[str]) -> None:
+    missing = tmp_path / "missing"
+    assert _fails([*command, "--root", str(missing)]) == \
+        f"strata-doctor: error: --root {missing}: no such folder"
+    bundle = tmp_path / "host.tar.gz"
+    bundle.write_bytes(b"")
+    assert _fails([*command, "--root", str(bundle)]).endswith(
+        f"--root {bundle}: not a folder; a report bundle is replayed with --bundle")
+
+
 def test_a_bundle_that_is_a_folder(tmp_path: Path) -> None:
     line = _fails(["check", "--bundle", str(tmp_path)])
     assert line.endswith(f"--bundle {tmp_path}: a folder, not a bundle file; replay an unpacked "
