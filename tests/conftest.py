@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 import pytest
 from click.testing import CliRunner, Result
@@ -13,6 +14,9 @@ from click.testing import CliRunner, Result
 from strata_doctor.cli import main
 
 if TYPE_CHECKING:
+    from strata_doctor.engine import EngineConfig
+    from strata_doctor.model import Finding
+    from strata_doctor.registry import Check
     from tests.corpus import Corpus
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,6 +96,30 @@ def run_cli(args: List[str], env: Optional[Dict[str, str]] = None) -> Result:
     except TypeError:  # click 8.2+ always keeps them apart
         runner = CliRunner()
     return runner.invoke(main, args, env=env, catch_exceptions=False)
+
+
+def check_json(root: Path, *args: str) -> Dict[str, Any]:
+    """``check --format json`` of a tree, parsed; exit 0 or 1 (ready or not), never 2."""
+    result = run_cli(["check", "--root", str(root), "--format", "json", *args])
+    assert result.exit_code in (0, 1), result.stderr
+    data: Dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def findings_of(data: Dict[str, Any], check_id: str) -> Dict[str, Dict[str, Any]]:
+    """One check's findings in ``check --format json`` output, by finding id."""
+    return {f["id"]: f for f in data["findings"] if f["check"] == check_id}
+
+
+def run_check(check: Check, root: Path, config: EngineConfig) -> List[Finding]:
+    """One check run in-process on a tree; it must apply there."""
+    from strata_doctor.context import HostContext
+    from strata_doctor.root import Root
+
+    ctx = HostContext(Root(str(root)), config)
+    reason = check.applies(ctx)
+    assert reason is None, reason
+    return list(check.run(ctx))
 
 
 def compare_golden(path: Path, actual: str) -> None:

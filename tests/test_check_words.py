@@ -8,29 +8,17 @@ terms add up, and arena-fit's pass and failure in one sentence shape.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import List
 
 import pytest
 
 from strata_doctor.facts import PcieLink, speed_text
-from tests.conftest import HOSTS, run_cli, seed_copy
+from tests.conftest import HOSTS, check_json, findings_of, run_cli, seed_copy
 
 GIB = r"(-?[0-9][0-9,]*\.[0-9]{2}) GiB"
-
-
-def check_json(root: Path, *args: str) -> Dict[str, Any]:
-    result = run_cli(["check", "--root", str(root), "--format", "json", *args])
-    assert result.exit_code in (0, 1), result.stderr
-    data: Dict[str, Any] = json.loads(result.stdout)
-    return data
-
-
-def findings(data: Dict[str, Any], check_id: str) -> Dict[str, Dict[str, Any]]:
-    return {f["id"]: f for f in data["findings"] if f["check"] == check_id}
 
 
 def gib(text: str) -> float:
@@ -51,7 +39,7 @@ def test_a_link_names_pcie_once() -> None:
 @pytest.mark.parametrize("host", ["seed-box-mirror", "desktop-1s", "hugepages-wrong-node", "xeon-snc2"])
 def test_pcie_link_words_say_gts_without_the_kernels_pcie(host: str) -> None:
     data = check_json(HOSTS / host)
-    words = [f["summary"] + " " + (f.get("detail") or "") for f in findings(data, "pcie-link").values()]
+    words = [f["summary"] + " " + (f.get("detail") or "") for f in findings_of(data, "pcie-link").values()]
     assert words
     for text in words:
         assert "GT/s PCIe" not in text, text  # the kernel's "2.5 GT/s PCIe" is evidence, quoted as read
@@ -61,17 +49,17 @@ def test_pcie_link_words_say_gts_without_the_kernels_pcie(host: str) -> None:
 def test_thp_text_follows_the_pool_after_its_fix(tmp_path: Path) -> None:
     tree = seed_copy(tmp_path)
     before = check_json(tree)
-    assert "trap" in findings(before, "hugepages")
-    (thp,) = [f for f in findings(before, "transparent-hugepages").values() if f["id"] == "madvise"]
+    assert "trap" in findings_of(before, "hugepages")
+    (thp,) = [f for f in findings_of(before, "transparent-hugepages").values() if f["id"] == "madvise"]
     assert "(hugepages/trap)" in thp["summary"]
 
     applied = run_cli(["fix", "--root", str(tree), "--apply", "--yes"])
     assert applied.exit_code == 0, applied.stdout + applied.stderr
 
     after = check_json(tree)
-    pool = findings(after, "hugepages")
+    pool = findings_of(after, "hugepages")
     assert "trap" not in pool and "configured" in pool
-    (thp,) = [f for f in findings(after, "transparent-hugepages").values() if f["id"] == "madvise"]
+    (thp,) = [f for f in findings_of(after, "transparent-hugepages").values() if f["id"] == "madvise"]
     assert "hugepages/trap" not in thp["summary"] and "will fail" not in thp["summary"]
     assert "vm.nr_hugepages = 0 in /etc/sysctl.d/81-strata-doctor.conf" in thp["summary"]
     assert "runs on THP" in thp["summary"]
@@ -82,7 +70,7 @@ def test_gpu_named_by_the_config_says_so() -> None:
     data = check_json(HOSTS / "desktop-1s")
     compute = next(g for g in data["facts"]["gpus"] if g["compute"])
     assert compute["choice_reason"] == "the GPU named by gpu: in /etc/strata-doctor.yaml (0000:01:00.0)"
-    (placed,) = findings(data, "gpu-placement").values()
+    (placed,) = findings_of(data, "gpu-placement").values()
     assert placed["detail"].startswith("Chosen as the GPU named by gpu: in /etc/strata-doctor.yaml")
     assert "chosen" not in placed["detail"].lower().replace("chosen as", "", 1)
 
@@ -126,8 +114,8 @@ def _sum_terms(sentence: str) -> None:
 
 def test_the_projected_memory_adds_up_on_the_seed_host() -> None:
     data = check_json(HOSTS / "seed-box")
-    texts: List[str] = [findings(data, "hugepages")["trap"]["detail"],
-                        findings(data, "oomd")["trap-chain"]["detail"]]
+    texts: List[str] = [findings_of(data, "hugepages")["trap"]["detail"],
+                        findings_of(data, "oomd")["trap-chain"]["detail"]]
     for text in texts:
         match = re.search(r"(MemAvailable [^=]*= [^ ]+ GiB) left", text.replace("\n", " "))
         assert match, text
@@ -144,7 +132,7 @@ ARENA = re.compile(rf"^arena {GIB} \+ K/V {GIB} \+ headroom {GIB} = {GIB} (fits|
 @pytest.mark.parametrize("arena,verdict", [("46.84GiB", "fits"), ("80GiB", "does not fit")])
 def test_arena_fit_says_fits_and_does_not_fit_alike(arena: str, verdict: str) -> None:
     data = check_json(HOSTS / "seed-box", "--arena", arena)
-    found = findings(data, "arena-fit")
+    found = findings_of(data, "arena-fit")
     finding = found["fits" if verdict == "fits" else "does-not-fit"]
     match = ARENA.match(finding["summary"])
     assert match, finding["summary"]

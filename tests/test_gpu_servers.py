@@ -3,31 +3,19 @@ facts on older or odd captures. Small host trees, each built to a real machine's
 
 from __future__ import annotations
 
-import json
 import platform
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Dict, Tuple
 
 import pytest
 
 from strata_doctor.facts import read_numa, read_smi_states
 from strata_doctor.root import XCOMP_COMMAND, Root, _xcomp_live
-from tests.conftest import UNBOUND_UNIT, run_cli, two_node_files, write_tree
+from tests.conftest import UNBOUND_UNIT, check_json, findings_of, two_node_files, write_tree
 
 DEV = "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0"
 ASPEED = "/sys/devices/pci0000:00/0000:00:1c.0/0000:02:00.0/0000:03:00.0"
 CMDS = "/.strata-doctor/commands"
-
-
-def check(root: Path, *args: str) -> Dict[str, Any]:
-    result = run_cli(["check", "--root", str(root), "--format", "json", *args])
-    assert result.exit_code in (0, 1), result.stderr
-    data: Dict[str, Any] = json.loads(result.stdout)
-    return data
-
-
-def findings(data: Dict[str, Any], check_id: str) -> Dict[str, Dict[str, Any]]:
-    return {f["id"]: f for f in data["findings"] if f["check"] == check_id}
 
 
 def aspeed_files() -> Dict[str, str]:
@@ -46,29 +34,29 @@ def bmc_only(tmp_path: Path) -> Path:
 
 # -- 11: GPUs on real servers ----------------------------------------------------------------
 def test_a_bmc_vga_is_never_the_compute_gpu(tmp_path: Path) -> None:
-    data = check(bmc_only(tmp_path))
+    data = check_json(bmc_only(tmp_path))
     (gpu,) = data["facts"]["gpus"]
     assert not gpu["compute"]
-    placement = findings(data, "gpu-placement")
+    placement = findings_of(data, "gpu-placement")
     assert placement["no-compute-gpu"]["severity"] == "warning"
     assert "0000:03:00.0 (ASPEED 1a03:2000) is a BMC's ASPEED VGA" in placement["no-compute-gpu"]["summary"]
     assert not [f for f in data["findings"] if f["severity"] == "error"]
     skipped = {s["check"]: s["reason"] for s in data.get("skipped", [])} if "skipped" in data else {}
     for check_id in ("numa-binding", "pcie-link"):
-        assert not findings(data, check_id), check_id
+        assert not findings_of(data, check_id), check_id
         if skipped:
             assert "no compute GPU" in skipped[check_id]
 
 
 def test_gpu_option_still_takes_the_bmc_vga(tmp_path: Path) -> None:
-    data = check(bmc_only(tmp_path), "--gpu", "03:00.0")
+    data = check_json(bmc_only(tmp_path), "--gpu", "03:00.0")
     (gpu,) = data["facts"]["gpus"]
     assert gpu["compute"] and gpu["choice_reason"] == "the GPU named by --gpu (0000:03:00.0)"
 
 
 def test_the_real_gpu_wins_over_the_bmc_and_the_reason_says_why(tmp_path: Path) -> None:
     root = write_tree(tmp_path / "host", {**two_node_files(), **aspeed_files()})
-    data = check(root)
+    data = check_json(root)
     compute = next(g for g in data["facts"]["gpus"] if g["compute"])
     assert compute["address"] == "0000:81:00.0"
     assert compute["choice_reason"] == ("the only GPU that is not a management or emulated display; "
@@ -80,7 +68,7 @@ def test_without_resource_files_the_reason_claims_no_bar(tmp_path: Path) -> None
     second = DEV.replace("81:00.0", "82:00.0")
     files.update({k.replace(DEV, second): v for k, v in files.items() if k.startswith(DEV)})
     files["/sys/bus/pci/devices/0000:82:00.0"] = "->../../../devices/pci0000:80/0000:80:01.0/0000:82:00.0"
-    data = check(write_tree(tmp_path / "host", files))
+    data = check_json(write_tree(tmp_path / "host", files))
     compute = next(g for g in data["facts"]["gpus"] if g["compute"])
     assert compute["address"] == "0000:81:00.0"
     assert "BAR (0 MiB)" not in compute["choice_reason"]
@@ -101,8 +89,9 @@ def link_files(gpu: Tuple[str, int, str, int], bridge: Tuple[str, int, str, int]
 
 def test_pcie_link_is_the_minimum_over_the_path_to_the_root_port(tmp_path: Path) -> None:
     """An H100 PCIe (Gen5 x16) under a root port that trained at x8."""
-    data = check(write_tree(tmp_path / "host", link_files(("32.0", 16, "32.0", 16), ("32.0", 8, "32.0", 16))))
-    narrow = findings(data, "pcie-link")["narrow-path"]
+    files = link_files(("32.0", 16, "32.0", 16), ("32.0", 8, "32.0", 16))
+    data = check_json(write_tree(tmp_path / "host", files))
+    narrow = findings_of(data, "pcie-link")["narrow-path"]
     assert narrow["severity"] == "warning"
     assert "0000:80:01.0 on its path to the root port runs at x8: the GPU gets x8" in narrow["summary"]
 
@@ -112,7 +101,7 @@ def test_an_idle_gpu_trains_down_and_nvidia_smi_is_preferred(tmp_path: Path) -> 
     files[f"{CMDS}/nvidia-smi-query.txt"] = (
         "00000000:81:00.0, NVIDIA GeForce GTX 1080 Ti, 11264 MiB, 470.256.02, GPU-x, [N/A], 1, 3, 16, 16\n")
     root = write_tree(tmp_path / "host", files)
-    idle = findings(check(root), "pcie-link")["idle-speed"]
+    idle = findings_of(check_json(root), "pcie-link")["idle-speed"]
     assert idle["severity"] == "info"
     assert "link at Gen1 x16 (max Gen3 x16, nvidia-smi); an idle GPU trains its link down" in idle["summary"]
     state = read_smi_states(Root(root))["0000:81:00.0"]
@@ -126,7 +115,7 @@ def test_persistence_mode_off_is_info(tmp_path: Path) -> None:
         "Attached GPUs                             : 1\nGPU 00000000:81:00.0\n"
         "    Product Name                          : NVIDIA GeForce GTX 1080 Ti\n"
         "    Persistence Mode                      : Disabled\n")
-    found = findings(check(write_tree(tmp_path / "host", files)), "gpu-placement")
+    found = findings_of(check_json(write_tree(tmp_path / "host", files)), "gpu-placement")
     assert found["persistence-off"]["severity"] == "info"
     assert "nvidia-smi -pm 1" in found["persistence-off"]["detail"]
 
@@ -150,7 +139,7 @@ def test_offline_cpus_from_per_cpu_online_when_cpu_online_is_absent(tmp_path: Pa
 def test_local_cpus_contradicting_local_cpulist_is_flagged(tmp_path: Path) -> None:
     files = two_node_files()
     files[f"{DEV}/local_cpus"] = "0f\n"  # CPUs 0-3, node 0's; local_cpulist says 4-7
-    found = findings(check(write_tree(tmp_path / "host", files)), "gpu-placement")
+    found = findings_of(check_json(write_tree(tmp_path / "host", files)), "gpu-placement")
     contradiction = found["local-cpus-contradiction"]
     assert contradiction["severity"] == "warning"
     assert contradiction["summary"] == "0000:81:00.0: local_cpulist is 4-7 but local_cpus 0f is 0-3"
@@ -160,7 +149,7 @@ def test_class_from_modalias_when_the_class_file_is_missing(tmp_path: Path) -> N
     files = two_node_files()
     del files[f"{DEV}/class"]
     files[f"{DEV}/modalias"] = "pci:v000010DEd00001B06sv00001458sd00003752bc03sc00i00\n"
-    data = check(write_tree(tmp_path / "host", files))
+    data = check_json(write_tree(tmp_path / "host", files))
     (gpu,) = data["facts"]["gpus"]
     assert gpu["class"] == "030000" and gpu["compute"]
 
@@ -183,7 +172,7 @@ def spr_files(release: str, xcomp: str = "") -> Dict[str, str]:
 
 
 def test_amx_on_a_515_kernel_is_withheld(tmp_path: Path) -> None:
-    found = findings(check(write_tree(tmp_path / "host", spr_files("5.15.0-119-generic"))), "cpu-isa")
+    found = findings_of(check_json(write_tree(tmp_path / "host", spr_files("5.15.0-119-generic"))), "cpu-isa")
     withheld = found["kernel-withholds"]
     assert withheld["severity"] == "warning"
     assert "has AMX but the kernel will not give it: Linux 5.15.0-119-generic is older than 5.16" in \
@@ -194,14 +183,14 @@ def test_amx_on_a_515_kernel_is_withheld(tmp_path: Path) -> None:
 def test_amx_refused_by_arch_prctl_is_withheld(tmp_path: Path) -> None:
     files = spr_files("6.8.0-45-generic",
                       "ARCH_GET_XCOMP_SUPP: 0x602e7\nARCH_REQ_XCOMP_PERM XTILEDATA: EPERM\n")
-    found = findings(check(write_tree(tmp_path / "host", files)), "cpu-isa")
+    found = findings_of(check_json(write_tree(tmp_path / "host", files)), "cpu-isa")
     summary = found["kernel-withholds"]["summary"]
     assert "arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) failed with EPERM" in summary
 
 
 def test_amx_granted_is_used(tmp_path: Path) -> None:
     files = spr_files("6.8.0-45-generic", "ARCH_GET_XCOMP_SUPP: 0x602e7\nARCH_REQ_XCOMP_PERM XTILEDATA: ok\n")
-    found = findings(check(write_tree(tmp_path / "host", files)), "cpu-isa")
+    found = findings_of(check_json(write_tree(tmp_path / "host", files)), "cpu-isa")
     assert "kernel-withholds" not in found
     assert "AMX_TILE" in found["isa"]["summary"]
 
@@ -210,8 +199,8 @@ def test_avx512_hidden_by_a_boot_option(tmp_path: Path) -> None:
     files = spr_files("6.8.0-45-generic")
     files["/proc/cpuinfo"] = files["/proc/cpuinfo"].replace(SPR_FLAGS, "fpu sse2 avx avx2")
     files["/proc/cmdline"] = "BOOT_IMAGE=/vmlinuz ro clearcpuid=avx512f,amx_tile\n"
-    found = findings(check(write_tree(tmp_path / "host", files)), "cpu-isa")
-    summaries = [f["summary"] for f in check(write_tree(tmp_path / "h2", files))["findings"]
+    found = findings_of(check_json(write_tree(tmp_path / "host", files)), "cpu-isa")
+    summaries = [f["summary"] for f in check_json(write_tree(tmp_path / "h2", files))["findings"]
                  if f["id"] == "kernel-withholds"]
     assert any("AVX-512" in s and "clearcpuid=avx512f,amx_tile" in s for s in summaries), summaries
     assert found["kernel-withholds"]["severity"] == "warning"

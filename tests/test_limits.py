@@ -24,7 +24,7 @@ from strata_doctor.facts_cgroup import (
 from strata_doctor.model import Finding, Severity
 from strata_doctor.registry import Check
 from strata_doctor.root import Root
-from tests.conftest import HOSTS, run_cli, two_node_files, write_tree
+from tests.conftest import HOSTS, run_check, run_cli, two_node_files, write_tree
 
 GIB = 1024**3
 CONFIG = EngineConfig(arena_bytes=40 * GIB, kv_bytes=2 * GIB, headroom_bytes=4 * GIB)
@@ -54,10 +54,7 @@ def _host(tmp_path: Path, extra: Dict[str, str], unit: Optional[str] = RUNNING_U
 
 
 def _run(check: Check, root: Path, config: EngineConfig = CONFIG) -> List[Finding]:
-    ctx = HostContext(Root(str(root)), config)
-    reason = check.applies(ctx)
-    assert reason is None, reason
-    return list(check.run(ctx))
+    return run_check(check, root, config)
 
 
 def _ids(findings: List[Finding]) -> List[str]:

@@ -12,12 +12,10 @@ from typing import Dict, List, Optional
 
 from strata_doctor.checks.cgroup_limits import CgroupLimits
 from strata_doctor.checks.numa_binding import NumaBinding
-from strata_doctor.context import HostContext
 from strata_doctor.engine import EngineConfig
 from strata_doctor.model import Finding, Severity
 from strata_doctor.registry import Check
-from strata_doctor.root import Root
-from tests.conftest import HOSTS, UNBOUND_UNIT, run_cli, two_node_files, write_tree
+from tests.conftest import HOSTS, UNBOUND_UNIT, run_check, run_cli, two_node_files, write_tree
 
 GIB = 1024**3
 CONFIG = EngineConfig(arena_bytes=8 * GIB, kv_bytes=GIB, headroom_bytes=2 * GIB)
@@ -43,10 +41,7 @@ def _host(tmp_path: Path, cpuset: Dict[str, str], gpu_node: int = 1) -> Path:
 
 
 def _run(check: Check, root: Path, config: EngineConfig = CONFIG) -> List[Finding]:
-    ctx = HostContext(Root(str(root)), config)
-    reason = check.applies(ctx)
-    assert reason is None, reason
-    return list(check.run(ctx))
+    return run_check(check, root, config)
 
 
 def _all_text(findings: List[Finding]) -> str:
