@@ -1,4 +1,5 @@
-"""The real host snapshots in ../shared/corpus: their names, unpacking, and lstopo's view.
+"""The real host snapshots in ../shared/corpus: their names, unpacking, and lstopo's view (of them
+and of the fixture hosts under tests/fixtures/hosts).
 
 Tests take the session fixture ``corpus`` (tests/conftest.py), which unpacks every
 archive once and skips the test, with the reason, when ../shared/corpus is absent. The
@@ -247,15 +248,20 @@ class LstopoView:
     """The NUMA latency matrix by os index; None when lstopo has none."""
     pci: Dict[str, Tuple[str, FrozenSet[int]]]
     """PCI bus id -> (pci_type, nodeset of the object it hangs from)."""
+    pus: FrozenSet[int] = frozenset()
+    """The os indexes of the PUs (logical CPUs) lstopo found."""
 
 
-def run_lstopo(root: Path, keep_gpu_nodes: bool) -> LstopoView:
+def run_lstopo(root: Path, keep_gpu_nodes: bool, disallowed: bool = True) -> LstopoView:
+    """lstopo's XML of the tree at ``root``, parsed. With ``disallowed`` (the default) the
+    whole machine, else only what the tree's cgroup cpuset allows, as lstopo shows by default."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HWLOC_")}
     if keep_gpu_nodes:
         env["HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES"] = "1"
     assert LSTOPO is not None
     done = subprocess.run(
-        [LSTOPO, "--if", "fsroot", "--input", str(root), "--of", "xml", "--whole-io", "--disallowed"],
+        [LSTOPO, "--if", "fsroot", "--input", str(root), "--of", "xml", "--whole-io",
+         *(["--disallowed"] if disallowed else [])],
         capture_output=True,
         text=True,
         env=env,
@@ -267,8 +273,11 @@ def run_lstopo(root: Path, keep_gpu_nodes: bool) -> LstopoView:
     parent = {child: node for node in tree.iter() for child in node}
     nodes: Dict[int, Tuple[FrozenSet[int], Optional[int]]] = {}
     pci: Dict[str, Tuple[str, FrozenSet[int]]] = {}
+    pus: Set[int] = set()
     for obj in tree.iter("object"):
-        if obj.get("type") == "NUMANode":
+        if obj.get("type") == "PU":
+            pus.add(int(obj.get("os_index", "-1")))
+        elif obj.get("type") == "NUMANode":
             memory = int(obj.get("local_memory") or 0) or None
             nodes[int(obj.get("os_index", "-1"))] = (hwloc_bitmap(obj.get("cpuset")), memory)
         elif obj.get("type") == "PCIDev":
@@ -284,7 +293,7 @@ def run_lstopo(root: Path, keep_gpu_nodes: bool) -> LstopoView:
         values = [int(x) for part in matrix.findall("u64values") for x in (part.text or "").split()]
         assert len(values) == len(ids) ** 2, "lstopo's distance matrix is not square"
         distances = {a: {b: values[i * len(ids) + j] for j, b in enumerate(ids)} for i, a in enumerate(ids)}
-    return LstopoView(nodes, distances, pci)
+    return LstopoView(nodes, distances, pci, frozenset(pus))
 
 
 # -- the session's corpus ------------------------------------------------------------------------
