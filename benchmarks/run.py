@@ -138,11 +138,16 @@ def process_rows(roots: Dict[str, Path], rounds: int) -> List[Row]:
     if "corpus" in roots:
         commands["corpus"] = [*doctor, "check", "--root", str(roots["corpus"]), *SEED_ARGS, "--quiet"]
     lstopo = shutil.which("lstopo-no-graphics")
+    refused: Dict[str, str] = {}
     if lstopo:
         for name in ("seed", "large", "corpus"):
             if name in roots:
-                commands[f"lstopo-{name}"] = [lstopo, "--if", "fsroot", "--input", str(roots[name]),
-                                              "--of", "xml", "-"]
+                argv = [lstopo, "--if", "fsroot", "--input", str(roots[name]), "--of", "xml", "-"]
+                why = lstopo_refuses(argv)
+                if why:  # a failing run is fast and would pass for a figure
+                    refused[name] = why
+                else:
+                    commands[f"lstopo-{name}"] = argv
     t = interleaved(commands, rounds)
     rows = [
         Row("python -c pass", f"{t['python'] * 1000:.0f} ms"),
@@ -163,7 +168,19 @@ def process_rows(roots: Dict[str, Path], rounds: int) -> List[Row]:
         if key in t:
             rows.append(Row(f"lstopo-no-graphics --if fsroot, {name} (reference)",
                             f"{t[key] * 1000:.0f} ms; check/lstopo {t[name] / t[key]:.2f}x"))
+        elif name in refused:
+            rows.append(Row(f"lstopo-no-graphics --if fsroot, {name} (reference)",
+                            f"not timed: {refused[name]}"))
     return rows
+
+
+def lstopo_refuses(argv: Sequence[str]) -> str:
+    """Why lstopo cannot read a tree (its first line of stderr), or "" when it can."""
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    if done.returncode == 0:
+        return ""
+    lines = done.stderr.decode(errors="replace").strip().splitlines()
+    return f"exit {done.returncode}: {lines[0] if lines else 'no message'}"
 
 
 def numa_maps_row(rounds: int) -> Row:
