@@ -98,6 +98,15 @@ def run_cli(args: List[str], env: Optional[Dict[str, str]] = None) -> Result:
     return runner.invoke(main, args, env=env, catch_exceptions=False)
 
 
+def usage_error(args: List[str]) -> str:
+    """The one line a usage error prints (exit 2, ``strata-doctor: error: ...``)."""
+    result = run_cli(args)
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("strata-doctor: error: "), result.stderr
+    return lines[0]
+
+
 def check_json(root: Path, *args: str) -> Dict[str, Any]:
     """``check --format json`` of a tree, parsed; exit 0 or 1 (ready or not), never 2."""
     result = run_cli(["check", "--root", str(root), "--format", "json", *args])

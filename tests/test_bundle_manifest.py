@@ -15,6 +15,7 @@ import pytest
 
 from strata_doctor.bundle import TOP, unpack
 from tests.conftest import run_cli, two_node_files, write_tree
+from tests.test_bundle import read_member
 
 Edit = Callable[[str, tarfile.TarInfo, Optional[bytes]], Optional[tarfile.TarInfo]]
 
@@ -48,13 +49,6 @@ def _rewrite(bundle: Path, out: Path, replace: Dict[str, bytes], drop: str = "",
     return out
 
 
-def _member_bytes(bundle: Path, name: str) -> bytes:
-    with tarfile.open(bundle) as tar:
-        handle = tar.extractfile(name)
-        assert handle is not None
-        return handle.read()
-
-
 def _refused(bundle: Path) -> str:
     result = run_cli(["check", "--bundle", str(bundle)])
     assert result.exit_code == 2, (result.exit_code, result.stderr)
@@ -73,7 +67,7 @@ def test_an_untouched_bundle_replays(tmp_path: Path) -> None:
 def test_a_changed_member_is_refused_by_name(tmp_path: Path, name: str) -> None:
     bundle = _bundle(tmp_path)
     member = f"{TOP}/{name}"
-    data = _member_bytes(bundle, member)
+    data = read_member(bundle, member)
     edited = _rewrite(bundle, tmp_path / "edited.tar.gz", {member: data.replace(b"1", b"2", 1) + b" "})
     line = _refused(edited)
     assert f"member '{member}'" in line and "manifest.json" in line and "sha256" in line, line
@@ -82,7 +76,7 @@ def test_a_changed_member_is_refused_by_name(tmp_path: Path, name: str) -> None:
 def test_same_size_other_bytes_is_refused(tmp_path: Path) -> None:
     bundle = _bundle(tmp_path)
     member = f"{TOP}/proc/meminfo"
-    data = _member_bytes(bundle, member)
+    data = read_member(bundle, member)
     flipped = data[:-2] + (b"0" if data[-2:-1] != b"0" else b"1") + data[-1:]
     assert len(flipped) == len(data) and flipped != data
     line = _refused(_rewrite(bundle, tmp_path / "edited.tar.gz", {member: flipped}))
@@ -111,7 +105,7 @@ def test_a_manifest_without_entries_is_refused(tmp_path: Path) -> None:
 
 def test_a_manifest_path_that_leaves_the_bundle_is_refused(tmp_path: Path) -> None:
     bundle = _bundle(tmp_path)
-    manifest = json.loads(_member_bytes(bundle, f"{TOP}/manifest.json"))
+    manifest = json.loads(read_member(bundle, f"{TOP}/manifest.json"))
     manifest["entries"].append({"path": "/../../../etc/hostname", "kind": "file", "size": 1, "sha256": "0"})
     edited = _rewrite(bundle, tmp_path / "edited.tar.gz",
                       {f"{TOP}/manifest.json": json.dumps(manifest).encode()})

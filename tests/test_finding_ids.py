@@ -21,7 +21,7 @@ import pytest
 from strata_doctor.check import Check
 from strata_doctor.checks import BUILTIN
 from strata_doctor.registry import unknown_id
-from tests.conftest import HOSTS, REPO, run_cli
+from tests.conftest import HOSTS, REPO, run_cli, usage_error
 
 HOST_NAMES = sorted(p.name for p in HOSTS.iterdir() if p.is_dir()) if HOSTS.is_dir() else []
 BY_ID: Dict[str, Type[Check]] = {cls.id: cls for cls in BUILTIN}
@@ -105,14 +105,6 @@ def test_each_page_names_exactly_the_declared_ids(check_id: str) -> None:
 
 
 # -- the command line ----------------------------------------------------------------
-def _fails(args: List[str]) -> str:
-    result = run_cli(args)
-    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("strata-doctor: error: "), result.stderr
-    return lines[0]
-
-
 @pytest.mark.parametrize("args", [
     ["check", "--ignore", "gpu-placement/bogus"],
     ["fix", "--only", "gpu-placement/bogus"],
@@ -120,7 +112,7 @@ def _fails(args: List[str]) -> str:
     ["report", "--ignore", "gpu-placement/bogus"],
 ])
 def test_unknown_finding_ids_are_refused_with_the_known_ones(two_node_host: Path, args: List[str]) -> None:
-    line = _fails([*args, "--root", str(two_node_host)])
+    line = usage_error([*args, "--root", str(two_node_host)])
     known = ", ".join(BY_ID["gpu-placement"].findings)
     assert line.endswith(f"{args[1]} gpu-placement/bogus: unknown finding 'bogus' of gpu-placement "
                          f"(known: {known})"), line
@@ -128,7 +120,7 @@ def test_unknown_finding_ids_are_refused_with_the_known_ones(two_node_host: Path
 
 
 def test_a_check_with_an_empty_finding_is_refused(two_node_host: Path) -> None:
-    line = _fails(["check", "--root", str(two_node_host), "--ignore", "numa-binding/"])
+    line = usage_error(["check", "--root", str(two_node_host), "--ignore", "numa-binding/"])
     assert "unknown finding '' of numa-binding (known: " in line
 
 

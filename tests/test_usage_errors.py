@@ -8,16 +8,7 @@ from typing import List
 
 import pytest
 
-from tests.conftest import HOSTS, run_cli, write_tree
-
-
-def _fails(args: List[str]) -> str:
-    result = run_cli(args)
-    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("strata-doctor: error: ")
-    return lines[0]
+from tests.conftest import HOSTS, run_cli, usage_error, write_tree
 
 
 @pytest.mark.parametrize("args", [
@@ -28,13 +19,13 @@ def _fails(args: List[str]) -> str:
     ["report", "--ignore", "bogus"],
 ])
 def test_unknown_ids_are_refused_with_the_known_ones(two_node_host: Path, args: List[str]) -> None:
-    line = _fails([*args, "--root", str(two_node_host)])
+    line = usage_error([*args, "--root", str(two_node_host)])
     assert "unknown check 'bogus'" in line
     assert "numa-binding" in line and "gpu-placement" in line
 
 
 def test_positional_ids_list_the_known_ones(two_node_host: Path) -> None:
-    line = _fails(["check", "bogus", "--root", str(two_node_host)])
+    line = usage_error(["check", "bogus", "--root", str(two_node_host)])
     assert "unknown check 'bogus' (known: " in line and "numa-binding" in line
 
 
@@ -45,19 +36,19 @@ def test_known_ids_still_pass(two_node_host: Path) -> None:
 
 
 def test_fix_numa_node_that_does_not_exist(two_node_host: Path) -> None:
-    line = _fails(["fix", "--root", str(two_node_host), "--numa", "7"])
+    line = usage_error(["fix", "--root", str(two_node_host), "--numa", "7"])
     assert line.endswith("--numa 7: no such NUMA node on this host (nodes: 0,1)")
 
 
 def test_config_numa_node_that_does_not_exist(two_node_host: Path) -> None:
     write_tree(two_node_host, {"/etc/strata-doctor.yaml": "numa: 7\n"})
     for command in ("check", "fix", "report"):
-        line = _fails([command, "--root", str(two_node_host)])
+        line = usage_error([command, "--root", str(two_node_host)])
         assert line.endswith("numa: 7: no such NUMA node on this host (nodes: 0,1)"), line
 
 
 def test_numa_plan_says_it_the_same_way(two_node_host: Path) -> None:
-    line = _fails(["numa-plan", "--root", str(two_node_host), "--numa", "7"])
+    line = usage_error(["numa-plan", "--root", str(two_node_host), "--numa", "7"])
     assert "no such NUMA node on this host (nodes: 0,1)" in line
 
 
@@ -65,7 +56,7 @@ def test_numa_plan_says_it_the_same_way(two_node_host: Path) -> None:
 def test_a_folder_that_is_not_a_host(tmp_path: Path, command: str) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    line = _fails([command, "--root", str(empty)])
+    line = usage_error([command, "--root", str(empty)])
     assert f"does not look like a host: {empty} has none of sys/devices/system/node, " \
         "sys/devices/system/cpu, proc/meminfo" in line
 
@@ -79,42 +70,42 @@ def test_bundle_and_root_exclude_each_other(two_node_host: Path, tmp_path: Path)
     bundle = tmp_path / "b.tar.gz"
     made = run_cli(["report", "--root", str(two_node_host), "--bundle", str(bundle), "--output", "-"])
     assert made.exit_code in (0, 1), made.stderr
-    line = _fails(["check", "--bundle", str(bundle), "--root", str(two_node_host)])
+    line = usage_error(["check", "--bundle", str(bundle), "--root", str(two_node_host)])
     assert "--bundle and --root exclude each other" in line
 
 
 @pytest.mark.parametrize("command", ["check", "fix", "map"])
 def test_a_bundle_that_does_not_exist(tmp_path: Path, command: str) -> None:
     missing = tmp_path / "missing.tar.gz"
-    line = _fails([command, "--bundle", str(missing)])
+    line = usage_error([command, "--bundle", str(missing)])
     assert line == f"strata-doctor: error: --bundle {missing}: no such file"
 
 
 @pytest.mark.parametrize("command", [["check"], ["fix"], ["fix", "--revert"], ["report"], ["map"]])
 def test_a_root_that_is_missing_or_a_file_is_one_line(tmp_path: Path, command: List[str]) -> None:
     missing = tmp_path / "missing"
-    assert _fails([*command, "--root", str(missing)]) == \
+    assert usage_error([*command, "--root", str(missing)]) == \
         f"strata-doctor: error: --root {missing}: no such folder"
     bundle = tmp_path / "host.tar.gz"
     bundle.write_bytes(b"")
-    assert _fails([*command, "--root", str(bundle)]).endswith(
+    assert usage_error([*command, "--root", str(bundle)]).endswith(
         f"--root {bundle}: not a folder; a report bundle is replayed with --bundle")
 
 
 def test_a_bundle_that_is_a_folder(tmp_path: Path) -> None:
-    line = _fails(["check", "--bundle", str(tmp_path)])
+    line = usage_error(["check", "--bundle", str(tmp_path)])
     assert line.endswith(f"--bundle {tmp_path}: a folder, not a bundle file; replay an unpacked "
                          f"bundle with --root {tmp_path}/strata-doctor-bundle")
 
 
 @pytest.mark.parametrize("value", ["nonsense", "0000:84:00", "84:00.9", "zz:00.0"])
 def test_gpu_that_is_not_a_pci_address(two_node_host: Path, value: str) -> None:
-    line = _fails(["check", "--root", str(two_node_host), "--gpu", value])
+    line = usage_error(["check", "--root", str(two_node_host), "--gpu", value])
     assert line.endswith(f"--gpu {value}: not a PCI address (expected e.g. 0000:84:00.0 or 84:00.0)")
 
 
 def test_gpu_address_not_on_the_host_still_lists_the_found_ones(two_node_host: Path) -> None:
-    line = _fails(["check", "--root", str(two_node_host), "--gpu", "0000:99:00.0"])
+    line = usage_error(["check", "--root", str(two_node_host), "--gpu", "0000:99:00.0"])
     assert "0000:81:00.0" in line
 
 
@@ -127,7 +118,7 @@ def test_gpu_address_not_on_the_host_still_lists_the_found_ones(two_node_host: P
     ("2PiB", "not a size"),
 ])
 def test_sizes_need_a_unit_and_a_sane_value(two_node_host: Path, value: str, says: str) -> None:
-    line = _fails(["check", "--root", str(two_node_host), "--arena", value])
+    line = usage_error(["check", "--root", str(two_node_host), "--arena", value])
     assert says in line and "arena" in line
 
 
@@ -148,7 +139,7 @@ def test_zero_is_said_before_the_unit() -> None:
 
 def test_config_size_without_unit(two_node_host: Path) -> None:
     write_tree(two_node_host, {"/etc/strata-doctor.yaml": "kv: '1024'\n"})
-    line = _fails(["check", "--root", str(two_node_host)])
+    line = usage_error(["check", "--root", str(two_node_host)])
     assert "kv: '1024' has no unit" in line
 
 
@@ -156,7 +147,7 @@ def test_config_plain_integer_is_bytes_as_bundles_write_it(two_node_host: Path) 
     write_tree(two_node_host, {"/etc/strata-doctor.yaml": "arena: 1073741824\nkv: 0\n"})
     assert run_cli(["check", "--root", str(two_node_host)]).exit_code in (0, 1)
     write_tree(two_node_host, {"/etc/strata-doctor.yaml": "arena: 0\n"})
-    assert "arena: '0' is zero" in _fails(["check", "--root", str(two_node_host)])
+    assert "arena: '0' is zero" in usage_error(["check", "--root", str(two_node_host)])
 
 
 @pytest.mark.parametrize("value, expected", [("1G", 2**30), ("1GiB", 2**30), ("1GB", 10**9),
