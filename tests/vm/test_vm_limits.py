@@ -87,6 +87,12 @@ def steps() -> List[Step]:
         Step("revert", doctor("fix --revert --yes", t)),
         Step("after-revert", f"ls /etc/systemd/system/{UNIT}.d/"),
         Step("restart-reverted", f"systemctl restart {UNIT} && sleep 1 && cat {CG}/memory.swap.max"),
+        # --restart: the apply itself restarts the unit, once, and the new limit is in effect.
+        Step("pid-before-restart", f"systemctl show -p MainPID --value {UNIT}"),
+        Step("apply-restart", doctor("fix --apply --yes --restart --only memlock", t)),
+        Step("after-apply-restart", f"sleep 1; systemctl show -p MainPID --value {UNIT}; "
+                                    f"grep '^Max locked memory' "
+                                    f"/proc/$(systemctl show -p MainPID --value {UNIT})/limits"),
     ]
 
 
@@ -234,3 +240,15 @@ def test_revert_gives_the_engine_swap_again(booted: BootResult) -> None:
     swap_on(booted)
     ran = booted.step("restart-reverted")
     assert ran.rc == 0 and ran.stdout.strip() == "max", ran.describe()
+
+
+def test_restart_option_restarts_the_engine_once_into_the_fix(booted: BootResult) -> None:
+    before = booted.step("pid-before-restart").stdout.strip()
+    applied = booted.step("apply-restart")
+    assert applied.rc in (0, 1), applied.describe()
+    assert applied.stdout.count(f"ran: systemctl restart {UNIT}") == 1, applied.describe()
+    assert "Restart" not in applied.stdout, applied.describe()  # not left to the operator
+    after = booted.step("after-apply-restart")
+    pid, limit = after.stdout.splitlines()
+    assert pid not in (before, "0"), after.describe()
+    assert limit.split()[3] == "unlimited", after.describe()
