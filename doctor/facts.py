@@ -723,13 +723,12 @@ def parse_smi_query(text: str) -> Dict[str, SmiGpuState]:
         address = smi_address(fields[0]) if len(fields) >= 2 else None
         if address is None:
             continue
-        column = dict(enumerate(fields))
+        name, memory, driver, uuid, serial = (fields[1:6] + [""] * 5)[:5]
         gen_now, gen_max, width_now, width_max = (
             (parse_int(f) for f in fields[-4:]) if len(fields) >= 10 else (None, None, None, None))
         rows[address] = SmiGpuState(
-            gen_now, gen_max, width_now, width_max, name=fields[1] or None,
-            memory=column.get(2) or None, driver=column.get(3) or None,
-            uuid=column.get(4) or None, serial=column.get(5) or None,
+            gen_now, gen_max, width_now, width_max, name=name or None, memory=memory or None,
+            driver=driver or None, uuid=uuid or None, serial=serial or None,
         )
     return rows
 
@@ -755,11 +754,11 @@ def read_smi_query(root: Root) -> Dict[str, SmiGpuState]:
     return parse_smi_query(query.stdout) if query.ok else {}
 
 
-def read_smi_states(root: Root, query: Optional[Dict[str, SmiGpuState]] = None) -> Dict[str, SmiGpuState]:
-    """Each GPU's query row (``query``, else :func:`read_smi_query`) with its persistence
-    mode from ``nvidia-smi -q``, by PCI address; empty without nvidia-smi."""
+def read_smi_states(root: Root, query: Dict[str, SmiGpuState]) -> Dict[str, SmiGpuState]:
+    """Each GPU's query row (:func:`read_smi_query`'s, read once by the caller) with its
+    persistence mode from ``nvidia-smi -q``, by PCI address; empty without nvidia-smi."""
     detail = root.run(NVIDIA_SMI_Q)
-    states = dict(read_smi_query(root) if query is None else query)
+    states = dict(query)
     for address, enabled in (parse_smi_persistence(detail.stdout) if detail.ok else {}).items():
         states[address] = states.get(address, SmiGpuState())._replace(persistence=enabled)
     return states

@@ -9,7 +9,7 @@ from typing import Dict, Tuple
 
 import pytest
 
-from strata_doctor.facts import read_numa, read_smi_states
+from strata_doctor.facts import read_numa, read_smi_query
 from strata_doctor.root import XCOMP_COMMAND, Root, _xcomp_live
 from tests.conftest import UNBOUND_UNIT, check_json, findings_of, two_node_files, write_tree
 
@@ -104,7 +104,7 @@ def test_an_idle_gpu_trains_down_and_nvidia_smi_is_preferred(tmp_path: Path) -> 
     idle = findings_of(check_json(root), "pcie-link")["idle-speed"]
     assert idle["severity"] == "info"
     assert "link at Gen1 x16 (max Gen3 x16, nvidia-smi); an idle GPU trains its link down" in idle["summary"]
-    state = read_smi_states(Root(root))["0000:81:00.0"]
+    state = read_smi_query(Root(root))["0000:81:00.0"]
     assert (state.gen_current, state.gen_max, state.width_current, state.width_max) == (1, 3, 16, 16)
 
 
