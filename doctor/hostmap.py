@@ -148,10 +148,9 @@ class HostMap(NamedTuple):
     """What the binding fix changes; empty when it changes nothing."""
 
 
-def build_map(ctx: HostContext, models: Optional[Mapping[str, str]] = None) -> HostMap:
-    """The picture of the host in ``ctx``. ``models`` maps PCI addresses to GPU names; by
-    default nvidia-smi's (:func:`gpu_models`). GPUs it does not name are shown by vendor
-    and PCI ids.
+def build_map(ctx: HostContext) -> HostMap:
+    """The picture of the host in ``ctx``. GPUs are named as nvidia-smi names them
+    (:func:`gpu_models`), others by vendor and PCI ids.
 
     Raises :class:`~strata_doctor.api.PlanError` for a ``numa:`` node the host lacks."""
     plan = plan_for_context(ctx)
@@ -190,7 +189,7 @@ def build_map(ctx: HostContext, models: Optional[Mapping[str, str]] = None) -> H
         sockets=cpu.sockets,
         cpus=len(online),
         memory_total=total,
-        gpus=gpu_list(ctx, gpu_models(ctx) if models is None else models),
+        gpus=gpu_list(ctx, gpu_models(ctx)),
         engine=engine,
         plan=plan,
         arena=arena_place(ctx),

@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Set
+from typing import TYPE_CHECKING, List, Set
 
 import pytest
 from click.testing import CliRunner
@@ -161,10 +161,11 @@ def test_mermaid_shape(host: str) -> None:
 
 def test_mermaid_escapes_host_text(tmp_path: Path) -> None:
     """A GPU name is host text: quotes and angle brackets become entity codes."""
-    root = write_tree(tmp_path / "host", two_node_files())
-    ctx = HostContext(Root(str(root)), EngineConfig())
-    models: Dict[str, str] = {"0000:81:00.0": 'Evil "GPU" <script>#1 é\x1b[2J'}
-    host = build_map(ctx, models)
+    files = two_node_files()
+    files["/.strata-doctor/commands/nvidia-smi-query.txt"] = (
+        '00000000:81:00.0, Evil "GPU" <script>#1 é\x1b[2J, 11264 MiB, 550.54.15, GPU-x, 0, 3, 3, 16, 16\n')
+    ctx = HostContext(Root(str(write_tree(tmp_path / "host", files))), EngineConfig())
+    host = build_map(ctx)
     text = to_mermaid(host)
     check_mermaid(text)
     assert text.isascii()
