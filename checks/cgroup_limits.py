@@ -97,28 +97,28 @@ class CgroupLimits(Check):
 
     def _cpuset(self, ctx: HostContext, limits: EngineLimits, node: int, where: str) -> Iterator[Finding]:
         numa_node = ctx.numa.node(node)
+        node_cpus = numa_node.cpus if numa_node is not None else frozenset()
         gpu = "the GPU's node" if ctx.config.numa == "auto" else "the configured node"
-        if limits.mems is not None and limits.mems.ids and node not in limits.mems.ids:
+        mems, cpus = limits.fences(node, node_cpus)
+        if mems is not None:
             yield self.finding(
                 "cpuset-mems", Severity.ERROR,
-                f"{where}: cpuset.mems is {limits.mems.text} and excludes node {node}, {gpu}: no "
+                f"{where}: cpuset.mems is {mems.text} and excludes node {node}, {gpu}: no "
                 "NUMA policy can place the arena there",
                 detail="The kernel clips every memory policy (NUMAPolicy=, numactl, mbind) to the "
-                f"cgroup's cpuset, so the arena lands on node(s) {format_cpulist(limits.mems.ids)} "
+                f"cgroup's cpuset, so the arena lands on node(s) {format_cpulist(mems.ids)} "
                 "and every expert read crosses the socket link.",
-                evidence=(Evidence(limits.mems.source, limits.mems.text),),
+                evidence=(Evidence(mems.source, mems.text),),
                 fix=self._cpuset_fix(ctx, limits, node),
             )
-        if limits.cpus is not None and numa_node is not None and numa_node.cpus and limits.cpus.ids:
-            inside = numa_node.cpus & limits.cpus.ids
-            if not inside:
-                yield self.finding(
-                    "cpuset-cpus", Severity.ERROR,
-                    f"{where}: cpuset.cpus is {limits.cpus.text} and holds none of node {node}'s CPUs "
-                    f"({format_cpulist(numa_node.cpus)}), {gpu}: no CPU affinity can run the pool there",
-                    evidence=(Evidence(limits.cpus.source, limits.cpus.text),),
-                    fix=self._cpuset_fix(ctx, limits, node),
-                )
+        if cpus is not None:
+            yield self.finding(
+                "cpuset-cpus", Severity.ERROR,
+                f"{where}: cpuset.cpus is {cpus.text} and holds none of node {node}'s CPUs "
+                f"({format_cpulist(node_cpus)}), {gpu}: no CPU affinity can run the pool there",
+                evidence=(Evidence(cpus.source, cpus.text),),
+                fix=self._cpuset_fix(ctx, limits, node),
+            )
 
     def _cap_sys_nice(self, ctx: HostContext, limits: EngineLimits, where: str) -> Optional[Finding]:
         if not limits.container or limits.has_cap_sys_nice is not False or len(ctx.numa.nodes) < 2:

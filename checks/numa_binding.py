@@ -98,11 +98,11 @@ class NumaBinding(Check):
             return None
         reasons: List[str] = []
         evidence: List[Evidence] = []
-        mems, cpus = limits.mems, limits.cpus
-        if mems is not None and mems.ids and node not in mems.ids:
+        mems, cpus = limits.fences(node, numa_node.cpus)  # cgroup-limits' rule, not a copy
+        if mems is not None:
             reasons.append(f"cpuset.mems {mems.text} excludes it")
             evidence.append(Evidence(mems.source, mems.text))
-        if cpus is not None and cpus.ids and numa_node.cpus and not numa_node.cpus & cpus.ids:
+        if cpus is not None:
             reasons.append(f"cpuset.cpus {cpus.text} holds none of its CPUs "
                            f"({format_cpulist(numa_node.cpus)})")
             evidence.append(Evidence(cpus.source, cpus.text))

@@ -130,6 +130,15 @@ class EngineLimits(NamedTuple):
         """Whether the host has swap."""
         return bool(self.swap_total)
 
+    def fences(self, node: int, node_cpus: FrozenSet[int]) -> Tuple[Optional[NodeSet], Optional[NodeSet]]:
+        """(cpuset.mems, cpuset.cpus) of the two that shut ``node`` out, None for each that
+        does not: mems without the node, or cpus with none of ``node_cpus``. The one rule
+        cgroup-limits reports as errors and numa-binding defers to."""
+        mems, cpus = self.mems, self.cpus
+        shut_mems = mems is not None and bool(mems.ids) and node not in mems.ids
+        shut_cpus = cpus is not None and bool(cpus.ids and node_cpus) and not node_cpus & cpus.ids
+        return (mems if shut_mems else None), (cpus if shut_cpus else None)
+
 
 # -- parsers ------------------------------------------------------------------------------
 def parse_cgroup_bytes(text: str) -> Optional[Tuple[Optional[int]]]:
