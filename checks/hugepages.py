@@ -112,7 +112,7 @@ class Hugepages(Check):
             yield from self._no_pool(ctx, facts, a, pending, evidence)
             return
         if a.fails:
-            verdict = self._verdict(ctx)
+            verdict = ctx.trap_verdict
             resolving = pool_fix_pending(facts, a)
             if resolving is not None:
                 yield self._configured(pool, resolving, evidence)
@@ -574,9 +574,6 @@ class Hugepages(Check):
         c = ctx.config
         source = c.source or "command line"
         return (Evidence(source, f"arena={format_bytes(c.arena_bytes or 0)} hugepages={c.hugepages}"),)
-
-    def _verdict(self, ctx: HostContext) -> Optional[TrapVerdict]:
-        return ctx.trap_verdict
 
     def _zero_fix(self, facts: HugepageFacts, finding: str, reason: str) -> Fix:
         return sysctl_fix(((SYSCTL_KEY, "0", reason),), finding, facts.sysctl)
