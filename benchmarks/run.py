@@ -185,7 +185,7 @@ def lstopo_refuses(argv: Sequence[str]) -> str:
 
 def numa_maps_row(rounds: int) -> Row:
     """Parsing a 1,000,000-line numa_maps of a large engine, as check reads it."""
-    from strata_doctor.engine import read_process
+    from strata_doctor.facts.engine import read_process
     from strata_doctor.root import Root
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -201,7 +201,7 @@ def process_scan_row(rounds: int) -> Row:
     """The cpu-contention process scan over 5,000 processes."""
     import random
 
-    from strata_doctor.processes import read_processes
+    from strata_doctor.facts.processes import read_processes
     from strata_doctor.root import Root
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -6,8 +6,8 @@ from typing import FrozenSet, Iterator, Optional
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
+from strata_doctor.facts.parse import format_bytes
 from strata_doctor.model import Evidence, Finding, Severity
-from strata_doctor.parse import format_bytes
 
 
 class ArenaFit(Check):

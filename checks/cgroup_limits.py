@@ -6,9 +6,9 @@ from typing import Iterator, List, Optional, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.facts_cgroup import EngineLimits, Limit, NodeSet
+from strata_doctor.facts.cgroup import EngineLimits, Limit, NodeSet
+from strata_doctor.facts.parse import format_bytes, format_cpulist
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
-from strata_doctor.parse import format_bytes, format_cpulist
 
 
 class CgroupLimits(Check):

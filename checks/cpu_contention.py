@@ -6,9 +6,9 @@ from typing import FrozenSet, Iterator, Optional
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
+from strata_doctor.facts.parse import format_cpulist, parse_cpulist
+from strata_doctor.facts.units import RESERVED_UNITS
 from strata_doctor.model import Evidence, Finding, Severity
-from strata_doctor.parse import format_cpulist, parse_cpulist
-from strata_doctor.units import RESERVED_UNITS
 
 TOP = 5
 """The top-level units whose AllowedCPUs= keep everything but the engine off its node."""

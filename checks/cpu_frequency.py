@@ -6,9 +6,9 @@ from typing import FrozenSet, Iterator, List, Optional, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.facts_cpu_policy import BOOST, NO_TURBO, PLATFORM_PROFILE, CpuFrequency, FreqPolicy
+from strata_doctor.facts.cpu_policy import BOOST, NO_TURBO, PLATFORM_PROFILE, CpuFrequency, FreqPolicy
+from strata_doctor.facts.parse import format_cpulist
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
-from strata_doctor.parse import format_cpulist
 
 LOW_EPP = ("power", "balance_power")
 

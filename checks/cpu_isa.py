@@ -6,7 +6,7 @@ from typing import Iterator, List, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.facts import XCOMP_AMX, XCOMP_AVX512, model_isa
+from strata_doctor.facts.cpu import XCOMP_AMX, XCOMP_AVX512, model_isa
 from strata_doctor.model import Evidence, Finding, Severity
 
 XCOMP = "arch_prctl-xcomp"

@@ -4,11 +4,11 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.memory import SYSCTL_KEY, HugepageFacts, HugetlbfsFile, PagePool, format_page_size
+from strata_doctor.facts.hugepages import SYSCTL_KEY, HugepageFacts, HugetlbfsFile, PagePool, format_page_size
+from strata_doctor.facts.oomd import oomd_commands
+from strata_doctor.facts.parse import format_bytes, format_count
 from strata_doctor.memory_fixes import node_pool_fix, size_pool_fix, sysctl_fix
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
-from strata_doctor.oomd import oomd_commands
-from strata_doctor.parse import format_bytes, format_count
 from strata_doctor.rules import (
     CHAIN,
     PendingPool,

@@ -6,10 +6,10 @@ from typing import Iterator, Optional, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.facts_cgroup import DOCKER_MEMLOCK, Limit, parse_systemd_bytes
+from strata_doctor.facts.cgroup import DOCKER_MEMLOCK, Limit, parse_systemd_bytes
+from strata_doctor.facts.parse import format_bytes
 from strata_doctor.limit_fixes import memlock_fix
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
-from strata_doctor.parse import format_bytes
 
 SYSTEMD_DEFAULT = 8 * 1024**2
 """systemd's own ``DefaultLimitMEMLOCK`` since version 253 (and the kernel's since 5.16)."""

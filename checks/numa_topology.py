@@ -6,9 +6,9 @@ from typing import Iterator, List, Optional
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.facts import NODE_DIR
+from strata_doctor.facts.numa import NODE_DIR
+from strata_doctor.facts.parse import format_bytes, format_cpulist
 from strata_doctor.model import Evidence, Finding, Severity
-from strata_doctor.parse import format_bytes, format_cpulist
 
 
 class NumaTopology(Check):

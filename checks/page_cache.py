@@ -6,9 +6,9 @@ from typing import Iterator, Optional, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.facts_pagecache import ZONE_RECLAIM, NodeCache
+from strata_doctor.facts.pagecache import ZONE_RECLAIM, NodeCache
+from strata_doctor.facts.parse import format_bytes
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
-from strata_doctor.parse import format_bytes
 
 DROP_CACHES = "sync; echo 1 > /proc/sys/vm/drop_caches"
 

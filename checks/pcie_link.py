@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional, Sequence
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.facts import NVIDIA_SMI_QUERY, PCIE_GENERATIONS, Gpu, speed_text
+from strata_doctor.facts.gpu import NVIDIA_SMI_QUERY, PCIE_GENERATIONS, Gpu, speed_text
 from strata_doctor.model import Evidence, Finding, Severity
 
 PCI = "/sys/bus/pci/devices"

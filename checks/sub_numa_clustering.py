@@ -6,9 +6,9 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.facts_cpu_policy import DETECT_VIRT
+from strata_doctor.facts.cpu_policy import DETECT_VIRT
+from strata_doctor.facts.parse import format_bytes
 from strata_doctor.model import Evidence, Finding, Severity
-from strata_doctor.parse import format_bytes
 
 
 class SubNumaClustering(Check):

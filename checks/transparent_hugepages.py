@@ -6,9 +6,10 @@ from typing import Iterator, Optional, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.memory import SYSCTL_KEY, THP_DIR, ThpFacts
+from strata_doctor.facts.hugepages import SYSCTL_KEY
+from strata_doctor.facts.parse import format_bytes, format_count
+from strata_doctor.facts.thp import THP_DIR, ThpFacts
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, RuntimeAction, Severity
-from strata_doctor.parse import format_bytes, format_count
 from strata_doctor.rules import PoolAssessment, pool_fix_pending
 
 STALLING_DEFRAG = ("always",)

@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional, Sequence
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.facts_cpu_policy import DETECT_VIRT
+from strata_doctor.facts.cpu_policy import DETECT_VIRT
 from strata_doctor.model import Evidence, Finding, Severity
 
 

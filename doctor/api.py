@@ -17,9 +17,9 @@ import os
 from dataclasses import dataclass
 from typing import Optional, Tuple, Union
 
+from strata_doctor.config import DEFAULT_UNIT, EngineConfig, apply_settings
 from strata_doctor.context import HostContext
-from strata_doctor.engine import DEFAULT_UNIT, EngineConfig, apply_settings
-from strata_doctor.parse import format_cpulist
+from strata_doctor.facts.parse import format_cpulist
 from strata_doctor.root import Root
 
 Size = Union[int, float, str, None]
@@ -82,8 +82,8 @@ def plan_binding(
     """
     settings = {"arena": _size(arena_bytes), "kv": _size(kv_bytes), "gpu": gpu,
                 "numa": str(numa), "unit": unit}
+    from strata_doctor.config import ConfigError
     from strata_doctor.context import GpuChoiceError
-    from strata_doctor.engine import ConfigError
 
     try:
         config = apply_settings(EngineConfig(), settings, "plan_binding")

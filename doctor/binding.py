@@ -6,9 +6,10 @@ The plan binds memory with a *preferred* policy (``numactl --preferred``), never
 
 from typing import Callable, FrozenSet, List, NamedTuple, Optional, Tuple
 
-from strata_doctor.engine import EngineConfig, EngineProcess, UnitBinding, UnitState
-from strata_doctor.facts import NumaFacts, NumaNode
-from strata_doctor.parse import format_cpulist, parse_cpulist, parse_int
+from strata_doctor.config import EngineConfig
+from strata_doctor.facts.engine import EngineProcess, UnitBinding, UnitState
+from strata_doctor.facts.numa import NumaFacts, NumaNode
+from strata_doctor.facts.parse import format_cpulist, parse_cpulist, parse_int
 
 SAME_SOCKET_MAX_DISTANCE = 12  # SNC / NPS sub-nodes report 11-12; a socket hop is 20+
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from strata_doctor.engine import CONFIG_SOURCE, DEFAULT_CONFIG, EngineConfig
-from strata_doctor.processes import engine_cmdline
+from strata_doctor.config import CONFIG_SOURCE, DEFAULT_CONFIG, EngineConfig
+from strata_doctor.facts.processes import engine_cmdline
 from strata_doctor.redact import Redactor
 from strata_doctor.root import CAPTURE_DIR, COMMANDS_DIR, STAT_FILE, CommandResult, FileStat, Root
 

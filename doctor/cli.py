@@ -223,8 +223,8 @@ class UsageFailure(click.ClickException):
 
 def open_host(options: HostOptions) -> Tuple[Any, Any]:
     """Build the Root and HostContext for the options; errors become exit 2."""
+    from strata_doctor.config import ConfigError, apply_settings, load_config
     from strata_doctor.context import GpuChoiceError, HostContext
-    from strata_doctor.engine import ConfigError, apply_settings, load_config
     from strata_doctor.root import Root
 
     path = options.root

@@ -136,8 +136,8 @@ def _require_privilege(root_path: str, changes: bool) -> None:
 
 
 def _with_numa(ctx: Any, numa: str) -> Any:
+    from strata_doctor.config import ConfigError, apply_settings
     from strata_doctor.context import HostContext
-    from strata_doctor.engine import ConfigError, apply_settings
 
     try:
         config = apply_settings(ctx.config, {"numa": numa}, "--numa")

@@ -21,7 +21,7 @@ SAVE_ROOT = "/"
 
 
 def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
-    from strata_doctor.parse import parse_size
+    from strata_doctor.facts.parse import parse_size
 
     try:
         return int(parse_size(value))
@@ -48,7 +48,8 @@ def probe_command(root: Optional[str], bundle: Optional[str], seconds: float, si
     if bundle or (root and os.path.realpath(root) != "/"):
         which = "--bundle" if bundle else "--root"
         raise UsageFailure(f"probe measures the live host only; {which} replays a captured one")
-    from strata_doctor import probe, probe_data, probe_gpu
+    from strata_doctor import probe, probe_gpu
+    from strata_doctor.facts import saved_probe as probe_data
     from strata_doctor.probe_sys import System, Unsupported
 
     try:
@@ -86,7 +87,7 @@ def probe_command(root: Optional[str], bundle: Optional[str], seconds: float, si
 def save_result(root: Path, text: str) -> str:
     """Write the JSON atomically to ``/var/lib/strata-doctor/probe.json`` under ``root``."""
     from strata_doctor.apply import ApplyError, atomic_write
-    from strata_doctor.probe_data import SAVED_PATH
+    from strata_doctor.facts.saved_probe import SAVED_PATH
     from strata_doctor.root import Root
 
     shown = str(root).rstrip("/") + SAVED_PATH

@@ -4,8 +4,20 @@ from functools import cached_property
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
 from strata_doctor.binding import BindingPlan, BindingState, assess, plan_for
-from strata_doctor.engine import (
-    EngineConfig,
+from strata_doctor.config import EngineConfig
+from strata_doctor.facts.cgroup import EngineLimits, read_engine_limits
+from strata_doctor.facts.cpu import CpuFacts, KernelIsa, read_cpu, read_kernel_isa
+from strata_doctor.facts.cpu_policy import (
+    CpuFrequency,
+    NumaBalancing,
+    ThreadSiblings,
+    Virtualization,
+    read_cpu_frequency,
+    read_numa_balancing,
+    read_thread_siblings,
+    read_virtualization,
+)
+from strata_doctor.facts.engine import (
     EngineProcess,
     SystemdSupport,
     UnitBinding,
@@ -16,45 +28,29 @@ from strata_doctor.engine import (
     read_unit,
     unit_exec_start,
 )
-from strata_doctor.facts import (
-    CpuFacts,
+from strata_doctor.facts.gpu import (
     Gpu,
-    KernelIsa,
-    NumaFacts,
     SmiGpuState,
     normalize_address,
-    read_cpu,
     read_gpus,
-    read_kernel_isa,
-    read_numa,
     read_smi_query,
     read_smi_states,
 )
-from strata_doctor.facts_cgroup import EngineLimits, read_engine_limits
-from strata_doctor.facts_cpu_policy import (
-    CpuFrequency,
-    NumaBalancing,
-    ThreadSiblings,
-    Virtualization,
-    read_cpu_frequency,
-    read_numa_balancing,
-    read_thread_siblings,
-    read_virtualization,
-)
-from strata_doctor.facts_pagecache import NodeCache, read_node_cache
-from strata_doctor.memory import (
+from strata_doctor.facts.hugepages import (
     HugepageFacts,
     NodePool,
-    ThpFacts,
     detect_container,
     read_hugepages,
     read_node_pools,
-    read_thp,
 )
-from strata_doctor.oomd import OomdFacts, read_oomd, read_oomd_active
-from strata_doctor.parse import format_cpulist, parse_meminfo
-from strata_doctor.probe_data import SAVED_PATH, SavedProbe, read_saved
-from strata_doctor.processes import ProcessInfo, find_engine_pid, read_processes, read_uptime
+from strata_doctor.facts.numa import NumaFacts, read_numa
+from strata_doctor.facts.oomd import OomdFacts, read_oomd, read_oomd_active
+from strata_doctor.facts.pagecache import NodeCache, read_node_cache
+from strata_doctor.facts.parse import format_cpulist, parse_meminfo
+from strata_doctor.facts.processes import ProcessInfo, find_engine_pid, read_processes, read_uptime
+from strata_doctor.facts.saved_probe import SAVED_PATH, SavedProbe, read_saved
+from strata_doctor.facts.thp import ThpFacts, read_thp
+from strata_doctor.facts.units import RESERVED_UNITS, unit_settings
 from strata_doctor.root import Root
 from strata_doctor.rules import (
     Exposure,
@@ -65,7 +61,6 @@ from strata_doctor.rules import (
     assess_pool,
     assess_trap,
 )
-from strata_doctor.units import RESERVED_UNITS, unit_settings
 
 
 class GpuPlacement(NamedTuple):
@@ -232,7 +227,7 @@ class HostContext:
             return int(self.config.numa)
         return self.placement.node if self.placement else None
 
-    # -- memory traps (hugepages, THP, systemd-oomd): doctor/memory.py, doctor/oomd.py --
+    # -- memory traps (hugepages, THP, systemd-oomd): doctor/facts/hugepages.py, doctor/facts/oomd.py --
     @cached_property
     def hugepages(self) -> HugepageFacts:
         """Hugepage pools, their holders and hugetlbfs files, and their configuration."""
@@ -298,7 +293,7 @@ class HostContext:
         return assess_trap(self.hugepages, self.config, self.pool_assessment,
                            proc.resident_bytes if proc else 0, self.oomd, self.exposure)
 
-    # -- how the kernel runs the pool's CPUs: doctor/facts_cpu_policy.py ----------------------
+    # -- how the kernel runs the pool's CPUs: doctor/facts/cpu_policy.py ----------------------
     @cached_property
     def numa_balancing(self) -> NumaBalancing:
         """``kernel.numa_balancing`` and its page-migration counters."""

@@ -12,8 +12,8 @@ from typing import FrozenSet, Mapping, NamedTuple, Optional, Tuple
 
 from strata_doctor.api import NumaPlan, plan_for_context
 from strata_doctor.context import HostContext, place_gpu
-from strata_doctor.facts import Gpu, normalize_address
-from strata_doctor.parse import format_bytes, format_cpulist, parse_cpulist
+from strata_doctor.facts.gpu import Gpu, normalize_address
+from strata_doctor.facts.parse import format_bytes, format_cpulist, parse_cpulist
 
 FIX_COMMAND = "strata-doctor fix --only numa-binding"
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from strata_doctor.context import HostContext
+from strata_doctor.facts.units import UNIT_DIRS
 from strata_doctor.model import CheckResult, FileChange, Finding, Fix, Severity
 from strata_doctor.root import Root
-from strata_doctor.units import UNIT_DIRS
 
 PLAN_SCHEMA = "strata-doctor/fix-plan/v1"
 MANAGED_MARKER = "Managed by strata-doctor"

@@ -31,8 +31,8 @@ from array import array
 from datetime import datetime, timezone
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from strata_doctor.parse import format_bytes
-from strata_doctor.probe_data import Cell, ProbeResult
+from strata_doctor.facts.parse import format_bytes
+from strata_doctor.facts.saved_probe import Cell, ProbeResult
 from strata_doctor.probe_sys import NODE_DIR, NodeInfo, System, Unsupported
 
 MiB = 1 << 20

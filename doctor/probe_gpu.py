@@ -16,7 +16,7 @@ import ctypes
 import threading
 from typing import List, Optional, Sequence, Tuple
 
-from strata_doctor.probe_data import GpuCopy
+from strata_doctor.facts.saved_probe import GpuCopy
 from strata_doctor.probe_sys import NodeInfo, System
 
 LIBRARIES = ("libcudart.so", "libcudart.so.12", "libcudart.so.11.0")

@@ -9,8 +9,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from strata_doctor import __version__
 from strata_doctor.context import HostContext, place_gpu
+from strata_doctor.facts.parse import format_cpulist
 from strata_doctor.model import CheckResult, Finding, Fix, Severity
-from strata_doctor.parse import format_cpulist
 
 SCHEMA = "strata-doctor/check/v1"
 EXIT_READY, EXIT_FINDINGS, EXIT_USAGE, EXIT_CRASH = 0, 1, 2, 3
@@ -178,22 +178,22 @@ def gpus_data(ctx: HostContext) -> List[Dict[str, Any]]:
 
 
 def hugepages_facts(ctx: HostContext) -> Dict[str, Any]:
-    """``facts.hugepages`` (doctor/memory.py)."""
-    from strata_doctor.memory import hugepages_data
+    """``facts.hugepages`` (doctor/facts/hugepages.py)."""
+    from strata_doctor.facts.hugepages import hugepages_data
 
     return hugepages_data(ctx.hugepages)
 
 
 def thp_facts(ctx: HostContext) -> Dict[str, Any]:
-    """``facts.thp`` (doctor/memory.py)."""
-    from strata_doctor.memory import thp_data
+    """``facts.thp`` (doctor/facts/hugepages.py)."""
+    from strata_doctor.facts.thp import thp_data
 
     return thp_data(ctx.thp)
 
 
 def oomd_facts(ctx: HostContext) -> Dict[str, Any]:
-    """``facts.oomd`` (doctor/oomd.py)."""
-    from strata_doctor.oomd import oomd_data
+    """``facts.oomd`` (doctor/facts/oomd.py)."""
+    from strata_doctor.facts.oomd import oomd_data
 
     return oomd_data(ctx.oomd)
 

@@ -15,8 +15,8 @@ import textwrap
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from strata_doctor import __version__
+from strata_doctor.facts.parse import format_bytes, format_cpulist
 from strata_doctor.hostmap import HostMap, MapGpu, MapNode
-from strata_doctor.parse import format_bytes, format_cpulist
 from strata_doctor.render import ASCII
 
 SCHEMA = "strata-doctor/map/v1"

@@ -17,18 +17,19 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from strata_doctor import __version__
 from strata_doctor.binding import numactl_line
+from strata_doctor.config import EngineConfig
 from strata_doctor.context import HostContext, place_gpu
-from strata_doctor.engine import SYSTEMD_VERSION, EngineConfig, command_outcome
-from strata_doctor.facts import NVIDIA_SMI_QUERY, normalize_address
-from strata_doctor.facts_cpu_policy import DETECT_VIRT
-from strata_doctor.model import CheckResult, Finding, Severity
-from strata_doctor.oomd import OOMD_ACTIVE
-from strata_doctor.parse import (
+from strata_doctor.facts.cpu_policy import DETECT_VIRT
+from strata_doctor.facts.engine import SYSTEMD_VERSION, command_outcome
+from strata_doctor.facts.gpu import NVIDIA_SMI_QUERY, normalize_address
+from strata_doctor.facts.oomd import OOMD_ACTIVE
+from strata_doctor.facts.parse import (
     format_bytes,
     format_cpulist,
     parse_key_values,
     parse_meminfo,
 )
+from strata_doctor.model import CheckResult, Finding, Severity
 from strata_doctor.render import EXIT_CRASH, EXIT_READY
 from strata_doctor.root import Command, CommandResult, Root
 
@@ -332,7 +333,7 @@ def build_report(ctx: HostContext, results: Sequence[CheckResult], code: int) ->
 
 def measured_text(ctx: HostContext) -> Optional[str]:
     """The saved probe matrix (read through ``ctx``, so a bundle carries the file)."""
-    from strata_doctor.probe_data import to_text
+    from strata_doctor.facts.saved_probe import to_text
 
     saved = ctx.saved_probe
     if saved is None:

@@ -13,11 +13,11 @@ import math
 from typing import NamedTuple, Optional, Tuple
 
 from strata_doctor.binding import BindingPlan
-from strata_doctor.engine import EngineConfig
-from strata_doctor.facts import NumaFacts
-from strata_doctor.memory import HugepageFacts, PagePool, format_page_size
-from strata_doctor.oomd import OomdFacts, Watched
-from strata_doctor.parse import format_bytes, format_count
+from strata_doctor.config import EngineConfig
+from strata_doctor.facts.hugepages import HugepageFacts, PagePool, format_page_size
+from strata_doctor.facts.numa import NumaFacts
+from strata_doctor.facts.oomd import OomdFacts, Watched
+from strata_doctor.facts.parse import format_bytes, format_count
 
 CHAIN = "hugepage trap → THP fallback → memory pressure → oomd kill → restart loop"
 """The seed's failure chain, as findings name it."""

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 from strata_doctor.cli import main
 
 if TYPE_CHECKING:
-    from strata_doctor.engine import EngineConfig
+    from strata_doctor.config import EngineConfig
     from strata_doctor.model import Finding
     from strata_doctor.registry import Check
     from tests.corpus import Corpus

@@ -12,7 +12,8 @@ from typing import Any, Dict
 
 import pytest
 
-from strata_doctor.facts import read_gpus, read_numa
+from strata_doctor.facts.gpu import read_gpus
+from strata_doctor.facts.numa import read_numa
 from strata_doctor.root import Root
 from tests.conftest import HOSTS, run_cli
 from tests.corpus import LSTOPO, run_lstopo

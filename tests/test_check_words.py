@@ -15,7 +15,7 @@ from typing import List
 
 import pytest
 
-from strata_doctor.facts import PcieLink, speed_text
+from strata_doctor.facts.gpu import PcieLink, speed_text
 from tests.conftest import HOSTS, check_json, findings_of, run_cli, seed_copy
 
 GIB = r"(-?[0-9][0-9,]*\.[0-9]{2}) GiB"

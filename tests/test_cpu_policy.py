@@ -1,5 +1,5 @@
 """numa-balancing, cpu-frequency, expert-workers, sub-numa-clustering and virtual-numa: their
-facts (doctor/facts_cpu_policy.py) on small trees, and the checks on the fixture hosts."""
+facts (doctor/facts/cpu_policy.py) on small trees, and the checks on the fixture hosts."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
+from strata_doctor.config import EngineConfig, load_config
 from strata_doctor.context import HostContext
-from strata_doctor.engine import EngineConfig, load_config
-from strata_doctor.facts_cpu_policy import (
+from strata_doctor.facts.cpu_policy import (
     read_cpu_frequency,
     read_numa_balancing,
     read_thread_siblings,

@@ -10,8 +10,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from strata_doctor.context import place_gpu
-from strata_doctor.facts import blocks_topology, plain_cpuinfo_topology, read_cpu, read_gpus, read_numa
-from strata_doctor.parse import parse_cpuinfo
+from strata_doctor.facts.cpu import blocks_topology, plain_cpuinfo_topology, read_cpu
+from strata_doctor.facts.gpu import read_gpus
+from strata_doctor.facts.numa import read_numa
+from strata_doctor.facts.parse import parse_cpuinfo
 from strata_doctor.root import Root
 from tests.conftest import write_tree
 

@@ -19,7 +19,7 @@ from typing import Any, Dict, FrozenSet, Tuple
 
 import pytest
 
-from strata_doctor.parse import parse_cpulist
+from strata_doctor.facts.parse import parse_cpulist
 from tests.conftest import HOSTS, check_json
 from tests.corpus import (
     LSTOPO,

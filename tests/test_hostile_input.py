@@ -160,7 +160,7 @@ def test_a_400_digit_stat_field_is_no_crash(seed: Path, field: int) -> None:
 
 
 def test_a_1mb_hex_cpumap_parses_in_linear_time(seed: Path) -> None:
-    from strata_doctor.parse import MAX_CPU, parse_cpumap
+    from strata_doctor.facts.parse import MAX_CPU, parse_cpumap
 
     groups = ",".join(["ffffffff"] * (1024 * 1024 // 9))
     start = time.perf_counter()

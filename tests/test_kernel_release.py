@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from strata_doctor.facts import read_kernel_isa
+from strata_doctor.facts.cpu import read_kernel_isa
 from strata_doctor.root import Root
 from tests.conftest import write_tree
 

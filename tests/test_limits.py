@@ -13,9 +13,9 @@ from strata_doctor.checks.cgroup_limits import CgroupLimits
 from strata_doctor.checks.memlock import Memlock
 from strata_doctor.checks.page_cache import PageCache
 from strata_doctor.checks.swap import Swap
+from strata_doctor.config import ConfigError, EngineConfig, parse_config
 from strata_doctor.context import HostContext
-from strata_doctor.engine import ConfigError, EngineConfig, parse_config
-from strata_doctor.facts_cgroup import (
+from strata_doctor.facts.cgroup import (
     parse_cap,
     parse_cgroup_bytes,
     parse_memlock,

@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from strata_doctor.cli import main
+from strata_doctor.config import EngineConfig
 from strata_doctor.context import HostContext
-from strata_doctor.engine import EngineConfig
 from strata_doctor.hostmap import build_map
 from strata_doctor.render_map import encodable, to_ascii, to_mermaid, to_text
 from strata_doctor.root import Root

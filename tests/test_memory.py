@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from strata_doctor.engine import EngineConfig, UnitState
-from strata_doctor.memory import (
+from strata_doctor.config import EngineConfig
+from strata_doctor.facts.engine import UnitState
+from strata_doctor.facts.hugepages import (
     detect_container,
     format_page_size,
     normalize_sysctl_key,
@@ -23,9 +24,8 @@ from strata_doctor.memory import (
     parse_sysctl_conf,
     read_hugepages,
     read_sysctl_config,
-    read_thp,
 )
-from strata_doctor.oomd import (
+from strata_doctor.facts.oomd import (
     cgroup_units,
     parse_oomctl_dump,
     parse_oomd_journal,
@@ -38,11 +38,12 @@ from strata_doctor.oomd import (
     slice_path,
     unit_file_paths,
 )
-from strata_doctor.parse import format_count, parse_meminfo, parse_mounts, parse_size
-from strata_doctor.processes import read_processes
+from strata_doctor.facts.parse import format_count, parse_meminfo, parse_mounts, parse_size
+from strata_doctor.facts.processes import read_processes
+from strata_doctor.facts.thp import read_thp
+from strata_doctor.facts.unitfile import parse_ini
 from strata_doctor.root import Root
 from strata_doctor.rules import CHAIN, HugepageNeed, assess_pool
-from strata_doctor.unitfile import parse_ini
 from tests.conftest import SHARED, write_tree
 
 GIB = 1024**3

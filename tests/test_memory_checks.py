@@ -260,8 +260,8 @@ def test_seed_trap_text_output_shows_the_chain_once(tmp_path: Path) -> None:
 
 
 def test_fix_data_for_the_templates(tmp_path: Path) -> None:
+    from strata_doctor.config import load_config
     from strata_doctor.context import HostContext
-    from strata_doctor.engine import load_config
     from strata_doctor.registry import builtin_checks
     from strata_doctor.root import Root
 
@@ -746,8 +746,8 @@ def test_desktop_engine_holding_its_own_pool_is_not_a_failing_map(tmp_path: Path
 def test_cpu_contention_does_not_count_the_engine_started_by_hand(tmp_path: Path) -> None:
     """No loaded unit: the engine found by its command line is not 'another process'."""
     from strata_doctor.checks.cpu_contention import CpuContention
+    from strata_doctor.config import EngineConfig
     from strata_doctor.context import HostContext
-    from strata_doctor.engine import EngineConfig
     from strata_doctor.root import Root
 
     files = two_node_files()

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 
 from strata_doctor.checks.cgroup_limits import CgroupLimits
 from strata_doctor.checks.numa_binding import NumaBinding
-from strata_doctor.engine import EngineConfig
+from strata_doctor.config import EngineConfig
 from strata_doctor.model import Finding, Severity
 from strata_doctor.registry import Check
 from tests.conftest import HOSTS, UNBOUND_UNIT, run_check, run_cli, two_node_files, write_tree

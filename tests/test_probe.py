@@ -16,8 +16,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
 
-from strata_doctor import cli_probe, probe, probe_data
-from strata_doctor.probe_data import SCHEMA, Cell, ProbeResult
+from strata_doctor import cli_probe, probe
+from strata_doctor.facts import saved_probe as probe_data
+from strata_doctor.facts.saved_probe import SCHEMA, Cell, ProbeResult
 from strata_doctor.probe_sys import NodeInfo, System
 from tests.conftest import run_cli
 

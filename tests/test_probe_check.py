@@ -13,9 +13,9 @@ from typing import Any, Dict
 
 import pytest
 
-from strata_doctor import probe_data
+from strata_doctor.config import load_config
 from strata_doctor.context import HostContext
-from strata_doctor.engine import load_config
+from strata_doctor.facts import saved_probe as probe_data
 from strata_doctor.root import Root
 from tests.conftest import HOSTS, REPO, compare_golden, run_cli
 

@@ -111,8 +111,8 @@ def _rendezvous(me: str, other: str, where: Path) -> Command:
 
 def test_declared_commands_start_together_before_any_check_asks(tmp_path: Path) -> None:
     """oomd's applies() reads three commands: they must not run one by one."""
+    from strata_doctor.config import load_config
     from strata_doctor.context import HostContext
-    from strata_doctor.engine import load_config
     from strata_doctor.registry import Check, run_checks
 
     def waiting(name: str, other: str) -> type:

@@ -129,7 +129,7 @@ def test_a_zero_kv_needs_no_unit(two_node_host: Path, value: str) -> None:
 
 
 def test_zero_is_said_before_the_unit() -> None:
-    from strata_doctor.parse import parse_setting_size
+    from strata_doctor.facts.parse import parse_setting_size
 
     with pytest.raises(ValueError, match="is zero") as refused:
         parse_setting_size("0")
@@ -153,7 +153,7 @@ def test_config_plain_integer_is_bytes_as_bundles_write_it(two_node_host: Path) 
 @pytest.mark.parametrize("value, expected", [("1G", 2**30), ("1GiB", 2**30), ("1GB", 10**9),
                                              ("1.5T", 1.5 * 2**40), ("512MiB", 512 * 2**20)])
 def test_size_units_are_as_documented(value: str, expected: float) -> None:
-    from strata_doctor.parse import parse_setting_size
+    from strata_doctor.facts.parse import parse_setting_size
 
     assert parse_setting_size(value) == expected
 

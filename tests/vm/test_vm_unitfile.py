@@ -1,4 +1,4 @@
-"""The unit-file reader (doctor/unitfile.py) against systemd itself: one unit whose
+"""The unit-file reader (doctor/facts/unitfile.py) against systemd itself: one unit whose
 ``ExecStart=`` is reset by an empty assignment and then continued over three lines with
 ``\\``, a comment line inside the continuation and quoted words. Inside the guest, systemd's
 own reading (``systemctl show -p ExecStart``) and the doctor's (the merged ``ExecStart=``
@@ -40,7 +40,8 @@ ExecStart=/bin/sleep 3600 \\
 EXPECTED = ["/bin/sleep", "3600", "--model", "/opt/strata/models/expert.gguf", "--port", "8080"]
 DOCTOR_READS = (
     "python3 -c 'import json; from strata_doctor.root import Root; "
-    "from strata_doctor.engine import unit_exec_start; from strata_doctor.unitfile import split_command; "
+    "from strata_doctor.facts.engine import unit_exec_start; "
+    "from strata_doctor.facts.unitfile import split_command; "
     f"print(json.dumps(split_command(unit_exec_start(Root(\"/\"), \"{UNIT}\") or \"\")))'"
 )
 

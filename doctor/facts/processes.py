@@ -10,7 +10,7 @@ from functools import lru_cache
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 from weakref import WeakKeyDictionary
 
-from strata_doctor.parse import (
+from strata_doctor.facts.parse import (
     NumaMapsTotals,
     is_plain,
     numa_maps_totals,

@@ -20,12 +20,12 @@ systemd-oomd --no-pager -o short-iso -n 200`` (``journalctl-oomd``).
 import re
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from strata_doctor.engine import UnitState, command_failure, command_outcome, read_unit, unit_command
-from strata_doctor.parse import parse_meminfo, parse_mounts
-from strata_doctor.processes import ProcessInfo
+from strata_doctor.facts.engine import UnitState, command_failure, command_outcome, read_unit, unit_command
+from strata_doctor.facts.parse import parse_meminfo, parse_mounts
+from strata_doctor.facts.processes import ProcessInfo
+from strata_doctor.facts.unitfile import parse_ini
+from strata_doctor.facts.units import unit_file_paths
 from strata_doctor.root import Command, CommandResult, Root, command_key
-from strata_doctor.unitfile import parse_ini
-from strata_doctor.units import unit_file_paths
 
 OOMD_UNIT = "systemd-oomd.service"
 OOMCTL_DUMP = Command("oomctl-dump", ("oomctl", "dump"))

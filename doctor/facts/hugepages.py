@@ -17,32 +17,46 @@ import os
 import re
 from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
-from strata_doctor.facts import NODE_DIR
-from strata_doctor.parse import (
+from strata_doctor.facts.numa import NODE_DIR
+from strata_doctor.facts.parse import (
     format_bytes,
-    parse_bracketed_choice,
     parse_int,
     parse_meminfo,
     parse_mounts,
     parse_size,
     unescape_octal,
 )
-from strata_doctor.processes import ProcessInfo, read_numa_maps
+from strata_doctor.facts.processes import ProcessInfo, read_numa_maps
 from strata_doctor.root import Root
 
 HUGEPAGES_DIR = "/sys/kernel/mm/hugepages"
-THP_DIR = "/sys/kernel/mm/transparent_hugepage"
+
+
 NR_HUGEPAGES = "/proc/sys/vm/nr_hugepages"
+
+
 NR_OVERCOMMIT = "/proc/sys/vm/nr_overcommit_hugepages"
+
+
 SYSCTL_KEY = "vm.nr_hugepages"
+
+
 SYSCTL_DIRS = ("/etc/sysctl.d", "/run/sysctl.d", "/usr/local/lib/sysctl.d", "/usr/lib/sysctl.d",
                "/lib/sysctl.d")
 """sysctl.d(5) directories, most important first: a file in /etc hides one of the same name
 in /run or /usr/lib."""
+
+
 SYSCTL_CONF = "/etc/sysctl.conf"
+
+
 CMDLINE_FILES = ("/etc/default/grub", "/etc/kernel/cmdline")
 """Where the next boot's kernel command line is configured (GRUB, systemd-boot/UKI)."""
+
+
 MAX_HUGETLBFS_FILES = 500
+
+
 DEFAULT_PAGE = 2 * 1024**2
 """The seed's failure chain, in the order it happens; both the hugepages and the oomd
 findings quote it when they are links of one chain."""
@@ -683,57 +697,6 @@ def detect_container(root: Root) -> Optional[str]:
     return None
 
 
-# -- transparent hugepages ----------------------------------------------------------------
-class ThpFacts(NamedTuple):
-    """Transparent hugepage settings, from ``/sys/kernel/mm/transparent_hugepage/``."""
-
-    enabled: Optional[str]
-    """``enabled``: always, madvise or never (the bracketed choice)."""
-    defrag: Optional[str]
-    """``defrag``: always, defer, defer+madvise, madvise or never."""
-    shmem_enabled: Optional[str]
-    """``shmem_enabled``: always, within_size, advise, never, deny or force."""
-    khugepaged_defrag: Optional[int]
-    """``khugepaged/defrag``: 1 when khugepaged may compact memory to collapse pages."""
-    anon_huge_bytes: Optional[int]
-    """``AnonHugePages:`` in ``/proc/meminfo``: anonymous memory in THP now."""
-    configured: Tuple[Tuple[str, str], ...] = ()
-    """(file, ``transparent_hugepage=`` value) for the next boot's command line."""
-    raw: Tuple[Tuple[str, str], ...] = ()
-    """(file, its text) as read, for evidence."""
-
-    @property
-    def available(self) -> bool:
-        """Whether the kernel exposes THP at all."""
-        return self.enabled is not None
-
-
-def read_thp(root: Root) -> ThpFacts:
-    """Read the THP settings through ``root``."""
-    raw: List[Tuple[str, str]] = []
-
-    def choice(name: str) -> Optional[str]:
-        text = root.read(f"{THP_DIR}/{name}")
-        if text is None:
-            return None
-        raw.append((f"{THP_DIR}/{name}", text.strip()))
-        return parse_bracketed_choice(text)
-
-    enabled, defrag, shmem = choice("enabled"), choice("defrag"), choice("shmem_enabled")
-    khugepaged = parse_int(root.read(f"{THP_DIR}/khugepaged/defrag"))
-    meminfo = parse_meminfo(root.read("/proc/meminfo") or "")
-    configured = []
-    for path in CMDLINE_FILES:
-        text = root.read(path)
-        if text is not None:
-            line = parse_grub_cmdline(text) if path.endswith("grub") else text
-            value = parse_hugepage_cmdline(line).thp
-            if value:
-                configured.append((path, value))
-    return ThpFacts(enabled, defrag, shmem, khugepaged, meminfo.get("AnonHugePages"),
-                    tuple(configured), tuple(raw))
-
-
 # -- facts as data (for JSON) ----------------------------------------------------------------
 def hugepages_data(facts: HugepageFacts) -> Dict[str, object]:
     """``facts.hugepages`` in the JSON output."""
@@ -771,39 +734,3 @@ def hugepages_data(facts: HugepageFacts) -> Dict[str, object]:
         "sys_readonly": facts.sys_readonly,
         "unreadable": [{"path": p, "reason": r} for p, r in facts.unreadable],
     }
-
-
-def thp_data(facts: ThpFacts) -> Dict[str, object]:
-    """``facts.thp`` in the JSON output."""
-    return {
-        "enabled": facts.enabled,
-        "defrag": facts.defrag,
-        "shmem_enabled": facts.shmem_enabled,
-        "khugepaged_defrag": facts.khugepaged_defrag,
-        "anon_huge_bytes": facts.anon_huge_bytes,
-        "configured": [{"file": f, "transparent_hugepage": v} for f, v in facts.configured],
-    }
-
-
-__all__ = [
-    "CmdlineHugepages",
-    "Holder",
-    "HugepageFacts",
-    "HugetlbfsFile",
-    "HugetlbfsMount",
-    "NodePool",
-    "PagePool",
-    "SysctlConfig",
-    "SysctlSetting",
-    "ThpFacts",
-    "detect_container",
-    "format_page_size",
-    "hugepages_data",
-    "parse_hugepage_cmdline",
-    "parse_maps_paths",
-    "parse_sysctl_conf",
-    "read_hugepages",
-    "read_sysctl_config",
-    "read_thp",
-    "thp_data",
-]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
+from strata_doctor.facts.unitfile import parse_ini
 from strata_doctor.root import Root
-from strata_doctor.unitfile import parse_ini
 
 RESERVED_UNITS = (("system.slice", "Slice"), ("user.slice", "Slice"), ("init.scope", "Scope"))
 """Top-level cgroups that ``fix --reserve-node`` moves off the engine's node, with their section."""

@@ -10,7 +10,7 @@ systemd's own rules (systemd.syntax(7)); pure functions on text.
   Quotes stay in the value: each setting unquotes its own value (:func:`split_command`
   does it for ``ExecStart=``).
 - An empty assignment (``ExecStart=``) resets a list: the merging reader
-  (:func:`strata_doctor.units.unit_settings`) drops what earlier assignments said.
+  (:func:`strata_doctor.facts.units.unit_settings`) drops what earlier assignments said.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ keeps one answer per host (``ctx.numa_balancing``, ``ctx.cpu_frequency``,
 
 from typing import Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Tuple
 
-from strata_doctor.parse import parse_cpulist, parse_int
+from strata_doctor.facts.parse import parse_cpulist, parse_int
 from strata_doctor.root import Command, Root
 
 NUMA_BALANCING = "/proc/sys/kernel/numa_balancing"

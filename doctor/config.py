@@ -1,0 +1,195 @@
+"""The engine's settings: --arena-style options over /etc/strata-doctor.yaml. An input, not a fact."""
+
+import re
+from typing import Dict, Mapping, NamedTuple, Optional
+
+from strata_doctor.facts.parse import (
+    parse_setting_size,
+)
+from strata_doctor.root import Root
+
+DEFAULT_CONFIG = "/etc/strata-doctor.yaml"
+
+
+CONFIG_SOURCE = "/.strata-doctor/config-source"
+"""In a bundle: where the host's settings came from (empty: the command line)."""
+
+
+DEFAULT_UNIT = "strata.service"
+
+
+DEFAULT_HEADROOM = 4 * 1024**3
+
+
+HUGEPAGE_MODES = ("auto", "hugetlb", "thp")
+
+
+class ConfigError(Exception):
+    """A bad configuration value; the message names the file and key."""
+
+
+class EngineConfig(NamedTuple):
+    """What the engine will need, from options or the YAML config."""
+
+    arena_bytes: Optional[int] = None
+    """Pinned expert arena (``arena:``)."""
+    kv_bytes: int = 0
+    """Pinned K/V cache (``kv:``)."""
+    unit: str = DEFAULT_UNIT
+    """The engine's systemd unit (``unit:``)."""
+    workers: Optional[int] = None
+    """CPU expert-pool threads (``workers:``)."""
+    headroom_bytes: int = DEFAULT_HEADROOM
+    """Memory to keep free beside the arena (``headroom:``)."""
+    hugepages: str = "auto"
+    """``hugetlb``, ``thp`` or ``auto`` (try MAP_HUGETLB, fall back to THP)."""
+    gpu: Optional[str] = None
+    """Compute GPU's PCI address, when chosen (``gpu:``)."""
+    gpu_source: Optional[str] = None
+    """Where ``gpu`` came from: ``command line`` (``--gpu``), a config file, or an API call."""
+    numa: str = "auto"
+    """``auto`` (the GPU's node), ``off``, or a node id (``numa:``)."""
+    source: Optional[str] = None
+    """The config file these came from, if any."""
+    lock: bool = False
+    """Whether the engine locks its arena and K/V in RAM (``lock:``: mlock or pinned host
+    memory), so the locked-memory limit must hold them."""
+
+    @property
+    def gpu_named_by(self) -> str:
+        """Who named the compute GPU, for the reason a finding gives: ``--gpu`` or
+        ``gpu: in /etc/strata-doctor.yaml``."""
+        if self.gpu_source in (None, "command line"):
+            return "--gpu"
+        if self.gpu_source == "plan_binding":
+            return "plan_binding(gpu=...)"
+        return f"gpu: in {self.gpu_source}"
+
+    @property
+    def gpu_setting(self) -> str:
+        """How an error names the setting that chose the GPU: ``--gpu``, or
+        ``/etc/strata-doctor.yaml: gpu:`` as for any other bad config value."""
+        if self.gpu_source in (None, "command line"):
+            return "--gpu"
+        return f"{self.gpu_source}: gpu:"
+
+    @property
+    def pinned_bytes(self) -> Optional[int]:
+        """Arena plus K/V: what the engine pins in host RAM."""
+        return None if self.arena_bytes is None else self.arena_bytes + self.kv_bytes
+
+
+MAX_SETTING = 100  # characters: no setting is longer; a 5000-digit number is garbage
+
+
+_KEYS = ("arena", "kv", "unit", "workers", "headroom", "hugepages", "gpu", "numa", "lock")
+
+
+def parse_config(data: object, source: str) -> EngineConfig:
+    """Validate a loaded YAML document into an :class:`EngineConfig`."""
+    if data is None:
+        return EngineConfig(source=source)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of settings, got {type(data).__name__}")
+    unknown = sorted(str(k) for k in data if k not in _KEYS)
+    if unknown:
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r} (known: {', '.join(_KEYS)})")
+    return apply_settings(EngineConfig(source=source), data, source)
+
+
+def apply_settings(config: EngineConfig, values: Mapping[str, object], source: str) -> EngineConfig:
+    """Overlay settings (from YAML or options) on ``config``; None values are skipped."""
+    changes: Dict[str, object] = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and len(str(value)) > MAX_SETTING:
+            shown = str(value)
+            raise ConfigError(f"{source}: {key}: {len(shown)} characters is too long for a "
+                              f"setting ({shown[:16]}...)")
+        try:
+            changes.update(_convert(key, value))
+            if key == "gpu":
+                changes["gpu_source"] = source
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {key}: {exc}") from None
+    return config._replace(**changes)  # type: ignore[arg-type]
+
+
+def _convert(key: str, value: object) -> Dict[str, object]:
+    if key in ("arena", "kv", "headroom"):
+        exact = isinstance(value, int) and not isinstance(value, bool)  # YAML integer: bytes
+        size = parse_setting_size(str(value), zero_ok=key != "arena", unit_required=not exact)
+        return {{"arena": "arena_bytes", "kv": "kv_bytes"}.get(key, "headroom_bytes"): size}
+    if key == "workers":
+        if isinstance(value, bool) or not str(value).isdigit():
+            raise ValueError(f"expected a whole number, got {value!r}")
+        return {"workers": int(str(value))}
+    if key == "hugepages":
+        if str(value) not in HUGEPAGE_MODES:
+            raise ValueError(f"expected one of {', '.join(HUGEPAGE_MODES)}, got {value!r}")
+        return {"hugepages": str(value)}
+    if key == "numa":
+        text = str(value)
+        if text not in ("auto", "off") and not text.isdigit():
+            raise ValueError(f"expected auto, off or a node id, got {value!r}")
+        return {"numa": text}
+    if key == "unit":
+        text = str(value)
+        if not text or "/" in text or any(ch.isspace() for ch in text):
+            raise ValueError(f"not a unit name: {value!r}")
+        return {"unit": text if "." in text else text + ".service"}
+    if key == "gpu":
+        return {"gpu": str(value)}
+    if key == "lock":
+        if isinstance(value, bool):
+            return {"lock": value}
+        if str(value).lower() in ("true", "yes", "on", "false", "no", "off"):
+            return {"lock": str(value).lower() in ("true", "yes", "on")}
+        raise ValueError(f"expected true or false, got {value!r}")
+    raise ValueError(f"unknown setting {key!r}")
+
+
+def load_config(root: Root, path: Optional[str]) -> EngineConfig:
+    """Load ``path`` (a real path given by the user) or the default file under the root.
+
+    Errors name the real file; the config remembers the host path, so evidence reads the
+    same on the host and in its replay.
+    """
+    config = _load_config(root, path)
+    if path is None and config.source is not None:
+        shown: Optional[str] = DEFAULT_CONFIG
+        if not root.live and root.exists(CONFIG_SOURCE):
+            # A bundle wrote the settings here; its host named them as recorded.
+            shown = root.read_value(CONFIG_SOURCE)
+        config = config._replace(source=shown, gpu_source=shown if config.gpu is not None else None)
+    return config
+
+
+def _load_config(root: Root, path: Optional[str]) -> EngineConfig:
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text: Optional[str] = handle.read()
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        source = path
+    else:
+        text = root.read(DEFAULT_CONFIG)
+        source = str(root.path(DEFAULT_CONFIG)) if not root.live else DEFAULT_CONFIG
+        if text is None:
+            return EngineConfig()
+    import yaml  # only when there is a config to read
+
+
+    try:
+        data = yaml.safe_load(text or "")
+    except ValueError:  # an integer of more than 4300 digits: int() refuses it
+        long = re.search(r"^\s*([^\s:#]+)\s*:[^\n]*?[0-9_]{4000}", text or "", re.M)
+        key = f" {long[1]}:" if long else ""
+        raise ConfigError(f"{source}:{key} a number too long for a setting") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{source}:{where} not valid YAML") from None
+    return parse_config(data, source)

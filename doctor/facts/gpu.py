@@ -1,0 +1,394 @@
+"""GPUs on the PCI bus, their links, and nvidia-smi's view of them."""
+
+import re
+from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
+
+from strata_doctor.facts.parse import (
+    format_cpulist,
+    parse_cpulist,
+    parse_cpumap,
+    parse_int,
+)
+from strata_doctor.root import Command, Root
+
+PCI_DIR = "/sys/bus/pci/devices"
+
+
+class PcieLink(NamedTuple):
+    """A PCIe link's state, from ``current_link_speed``/``max_link_speed`` and widths."""
+
+    current_speed: Optional[str]
+    max_speed: Optional[str]
+    current_width: Optional[int]
+    max_width: Optional[int]
+
+    @property
+    def known(self) -> bool:
+        """Whether the kernel reported the link at all."""
+        return self.current_width is not None or self.current_speed is not None
+
+    @property
+    def current_gts(self) -> Optional[float]:
+        """The current speed in GT/s (``8.0 GT/s PCIe`` -> 8.0); None when unknown."""
+        return link_gts(self.current_speed)
+
+    @property
+    def max_gts(self) -> Optional[float]:
+        """The maximum speed in GT/s; None when unknown."""
+        return link_gts(self.max_speed)
+
+    @property
+    def now(self) -> str:
+        """The link now, as people read it: ``2.5 GT/s x16`` (``?`` for what is unknown)."""
+        return f"{speed_text(self.current_speed)} x{self.current_width or '?'}"
+
+    @property
+    def best(self) -> str:
+        """The link at its maximum: ``8.0 GT/s x16``."""
+        return f"{speed_text(self.max_speed)} x{self.max_width or '?'}"
+
+    @property
+    def text(self) -> Optional[str]:
+        """The one way a link is written: ``8.0 GT/s x16``, with ``(max 8.0 GT/s x16)`` when it
+        trained below its maximum (callers write ``PCIe {text}``); None when the kernel
+        reported no link."""
+        if not self.known:
+            return None
+        return self.now if self.now == self.best else f"{self.now} (max {self.best})"
+
+
+PCIE_GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+"""Transfer rate in GT/s -> PCIe generation."""
+
+
+def speed_text(speed: Optional[str]) -> str:
+    """A link speed as people read it: the kernel's ``2.5 GT/s PCIe`` -> ``2.5 GT/s`` (the
+    word PCIe is the caller's); ``?`` when unknown."""
+    text = (speed or "").strip()
+    if text.endswith(" PCIe"):
+        text = text[: -len(" PCIe")].rstrip()
+    return text or "?"
+
+
+def link_gts(speed: Optional[str]) -> Optional[float]:
+    """``8.0 GT/s PCIe`` (or ``8 GT/s``) -> 8.0; None for ``Unknown`` or garbage."""
+    match = re.match(r"\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s", speed or "")
+    return float(match.group(1)) if match else None
+
+
+class PathLink(NamedTuple):
+    """One PCI function on the way from a GPU up to its root port, and its link."""
+
+    address: str
+    """The function's PCI address (the GPU itself, a switch port or the root port)."""
+    link: PcieLink
+    """Its ``current_link_*`` and ``max_link_*`` files."""
+
+
+class Gpu(NamedTuple):
+    """A display or 3D controller (PCI class 0x03xxxx), from ``/sys/bus/pci/devices/ADDR/``."""
+
+    address: str
+    """PCI address, ``0000:84:00.0``."""
+    vendor: Optional[int]
+    """PCI vendor id (0x10de NVIDIA, 0x1002 AMD, 0x8086 Intel)."""
+    device: Optional[int]
+    """PCI device id."""
+    pci_class: int
+    """The 24-bit class code."""
+    driver: Optional[str]
+    """Bound driver's name, from the ``driver`` link."""
+    numa_node_raw: Optional[int]
+    """``numa_node`` as the kernel wrote it; -1 when firmware gave none."""
+    local_cpus: FrozenSet[int]
+    """From ``local_cpulist`` (else ``local_cpus``)."""
+    boot_vga: Optional[bool]
+    """From ``boot_vga``: the firmware's boot display."""
+    link: PcieLink
+    """PCIe link state."""
+    largest_bar: int
+    """Size in bytes of the largest memory BAR, from ``resource`` (0 without the file)."""
+    has_resource: bool = False
+    """Whether the ``resource`` file was there to read BAR sizes from."""
+    class_source: str = "class"
+    """Where ``pci_class`` came from: ``class``, or ``modalias`` when that file is missing."""
+    local_cpus_conflict: Optional[str] = None
+    """Set when ``local_cpulist`` and the ``local_cpus`` bitmap name different CPUs."""
+    path: Tuple[PathLink, ...] = ()
+    """The functions above this one up to its root port (upstream bridges, nearest first),
+    from the device's folder under ``/sys/devices``; empty when the path is not known."""
+
+    @property
+    def management(self) -> Optional[str]:
+        """What the chip is when it is a BMC's or a hypervisor's display (never a compute
+        GPU unless named by ``--gpu``); None for any other display function."""
+        if self.vendor is None:
+            return None
+        for (vendor, device), name in MANAGEMENT_DISPLAYS.items():
+            if self.vendor == vendor and device in (None, self.device):
+                return name
+        return None
+
+    @property
+    def path_minimum(self) -> Optional[Tuple[PathLink, str]]:
+        """The slowest link on the way to the root port and what limits it (``width`` or
+        ``speed``), when an upstream link is narrower or slower than the GPU's own now."""
+        return self.path_limit(self.link.current_width, self.link.current_gts)
+
+    def path_limit(
+        self, own_width: Optional[int], own_gts: Optional[float]
+    ) -> Optional[Tuple[PathLink, str]]:
+        """Like :attr:`path_minimum`, against a width and speed of the GPU's own link read
+        elsewhere (nvidia-smi's)."""
+        narrow = [h for h in self.path
+                  if h.link.current_width and own_width and h.link.current_width < own_width]
+        if narrow:
+            return min(narrow, key=lambda h: h.link.current_width or 0), "width"
+        slow = [h for h in self.path
+                if h.link.current_gts and own_gts and (h.link.current_gts or 0) < own_gts]
+        if slow:
+            return min(slow, key=lambda h: h.link.current_gts or 0.0), "speed"
+        return None
+
+    @property
+    def vendor_name(self) -> str:
+        """A short vendor name for display."""
+        return _VENDORS.get(self.vendor or -1, f"{self.vendor:#06x}" if self.vendor else "unknown")
+
+    @property
+    def ids(self) -> str:
+        """``vendor:device`` in lspci's form, e.g. ``10de:1b06``."""
+        if self.vendor is None or self.device is None:
+            return "?:?"
+        return f"{self.vendor:04x}:{self.device:04x}"
+
+
+_VENDORS = {0x10DE: "NVIDIA", 0x1002: "AMD", 0x8086: "Intel", 0x1A03: "ASPEED", 0x102B: "Matrox",
+            0x1013: "Cirrus Logic", 0x15AD: "VMware", 0x1AF4: "Red Hat (virtio)", 0x1234: "QEMU",
+            0x1B36: "Red Hat (QEMU)"}
+
+
+MANAGEMENT_DISPLAYS: Dict[Tuple[int, Optional[int]], str] = {
+    (0x1A03, None): "a BMC's ASPEED VGA",
+    (0x102B, None): "a BMC's Matrox VGA",
+    (0x1013, None): "an emulated or BMC Cirrus Logic VGA",
+    (0x1AF4, 0x1050): "a virtio-gpu display",
+    (0x1234, 0x1111): "QEMU's emulated bochs VGA",
+    (0x15AD, None): "a VMware SVGA display",
+    (0x1B36, None): "a QXL display",
+}
+"""(vendor, device or None for any) of display chips that are never a compute GPU unless
+``--gpu`` or the config names them: BMC VGA chips and hypervisors' emulated displays."""
+
+
+def read_gpus(root: Root) -> Tuple[Gpu, ...]:
+    """Read every display-class PCI function through ``root``."""
+    gpus = []
+    for address in root.listdir(PCI_DIR):
+        base = f"{PCI_DIR}/{address}"
+        pci_class = parse_int(root.read(f"{base}/class"))
+        source = "class"
+        if pci_class is None and root.reads.get(f"{base}/class") == "missing":
+            pci_class, source = modalias_class(root.read_value(f"{base}/modalias")), "modalias"
+        if pci_class is None or pci_class >> 16 != 0x03:
+            continue
+        gpus.append(_read_gpu(root, address, pci_class)._replace(class_source=source))
+    return tuple(gpus)
+
+
+def modalias_class(text: Optional[str]) -> Optional[int]:
+    """The 24-bit class from a PCI ``modalias`` (``pci:v000010DEd00002331sv...bc03sc02i00``)."""
+    match = re.search(r"bc([0-9A-Fa-f]{2})sc([0-9A-Fa-f]{2})i([0-9A-Fa-f]{2})$", text or "")
+    return int("".join(match.groups()), 16) if match else None
+
+
+def _read_gpu(root: Root, address: str, pci_class: int) -> Gpu:
+    base = f"{PCI_DIR}/{address}"
+    cpulist = root.read(f"{base}/local_cpulist")
+    bitmap = root.read(f"{base}/local_cpus")
+    local = parse_cpulist(cpulist) if cpulist is not None else parse_cpumap(bitmap or "")
+    conflict = None
+    if cpulist is not None and bitmap is not None and parse_cpumap(bitmap) != local:
+        conflict = (f"local_cpulist is {format_cpulist(local) or '(empty)'} but local_cpus "
+                    f"{bitmap.strip()} is {format_cpulist(parse_cpumap(bitmap)) or '(empty)'}")
+    boot = root.read_value(f"{base}/boot_vga")
+    resource = root.read(f"{base}/resource")
+    return Gpu(
+        address=address,
+        vendor=parse_int(root.read(f"{base}/vendor")),
+        device=parse_int(root.read(f"{base}/device")),
+        pci_class=pci_class,
+        driver=root.link_name(f"{base}/driver"),
+        numa_node_raw=parse_int(root.read(f"{base}/numa_node")),
+        local_cpus=local,
+        boot_vga=None if boot is None else boot == "1",
+        link=_read_link(root, base),
+        largest_bar=_largest_bar(resource or ""),
+        has_resource=resource is not None,
+        local_cpus_conflict=conflict,
+        path=_upstream(root, address),
+    )
+
+
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+def _upstream(root: Root, address: str) -> Tuple[PathLink, ...]:
+    """The PCI functions above ``address`` up to its root port, nearest first: the folders
+    named like PCI addresses on the way from ``/sys/devices/pciDDDD:BB`` to the device."""
+    target = root.readlink(f"{PCI_DIR}/{address}")
+    if not target:
+        return ()
+    parts = [p for p in target.split("/") if p not in ("", ".", "..")]
+    if "devices" not in parts:
+        return ()
+    parts = parts[parts.index("devices") + 1:]
+    hops = []
+    for depth in range(len(parts) - 2, -1, -1):
+        name = parts[depth]
+        if not _PCI_ADDRESS.match(name):
+            break
+        base = "/sys/devices/" + "/".join(parts[: depth + 1])
+        hops.append(PathLink(name, _read_link(root, base)))
+    return tuple(hops)
+
+
+def _read_link(root: Root, base: str) -> PcieLink:
+    return PcieLink(
+        current_speed=root.read_value(f"{base}/current_link_speed"),
+        max_speed=root.read_value(f"{base}/max_link_speed"),
+        current_width=parse_int(root.read(f"{base}/current_link_width")),
+        max_width=parse_int(root.read(f"{base}/max_link_width")),
+    )
+
+
+def _largest_bar(text: str) -> int:
+    """Largest memory BAR from a PCI ``resource`` file (start end flags, hex per line)."""
+    largest = 0
+    for line in text.splitlines()[:6]:
+        words = line.split()
+        if len(words) < 3:
+            continue
+        try:
+            start, end, flags = (int(w, 16) for w in words[:3])
+        except ValueError:
+            continue
+        if end > start and flags & 0x200:  # IORESOURCE_MEM
+            largest = max(largest, end - start + 1)
+    return largest
+
+
+def normalize_address(text: str) -> str:
+    """Accept ``84:00.0`` or ``0000:84:00.0`` (any case) and return the full form."""
+    text = text.strip().lower()
+    return text if text.count(":") == 2 else f"0000:{text}"
+
+
+# -- nvidia-smi's view of the GPUs (captured as commands, docs/capture-layout.md) -------------
+NVIDIA_SMI_QUERY = Command(
+    "nvidia-smi-query",
+    ("nvidia-smi",
+     "--query-gpu=pci.bus_id,name,memory.total,driver_version,uuid,serial,"
+     "pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max",
+     "--format=csv,noheader"),
+    timeout=10.0,
+)
+"""The GPU query (docs/report.md lists its fields): parsed by :func:`parse_smi_query` only,
+read once per host as ``HostContext.smi_query``; the last four columns are the PCIe link
+as the driver sees it."""
+
+
+NVIDIA_SMI_Q = Command("nvidia-smi-q", ("nvidia-smi", "-q"), timeout=10.0)
+"""``nvidia-smi -q``: every GPU's settings, persistence mode among them."""
+
+
+class SmiGpuState(NamedTuple):
+    """What nvidia-smi says of one GPU: its row of :data:`NVIDIA_SMI_QUERY` (model, memory,
+    driver, the PCIe link's generation and width now and at most) and its persistence mode."""
+
+    gen_current: Optional[int] = None
+    """``pcie.link.gen.current``."""
+    gen_max: Optional[int] = None
+    """``pcie.link.gen.max``."""
+    width_current: Optional[int] = None
+    """``pcie.link.width.current``."""
+    width_max: Optional[int] = None
+    """``pcie.link.width.max``."""
+    persistence: Optional[bool] = None
+    """``Persistence Mode`` from ``nvidia-smi -q``; None when not captured."""
+    name: Optional[str] = None
+    """``name``: the marketing name (``NVIDIA GeForce GTX 1080 Ti``)."""
+    memory: Optional[str] = None
+    """``memory.total`` as printed (``11264 MiB``)."""
+    driver: Optional[str] = None
+    """``driver_version``."""
+    uuid: Optional[str] = None
+    """``uuid`` as printed (``GPU-...``): the report only redacts it."""
+    serial: Optional[str] = None
+    """``serial`` (``[N/A]`` on GeForce boards): the report only redacts it."""
+
+    @property
+    def link_known(self) -> bool:
+        """Whether the query gave the link's generation and width."""
+        return None not in (self.gen_current, self.gen_max, self.width_current, self.width_max)
+
+
+def smi_address(text: str) -> Optional[str]:
+    """``00000000:84:00.0`` (nvidia-smi's 8-digit domain) -> ``0000:84:00.0``."""
+    match = re.match(r"^([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$", text.strip())
+    if not match:
+        return None
+    return f"{int(match.group(1), 16):04x}:{match.group(2).lower()}"
+
+
+def parse_smi_query(text: str) -> Dict[str, SmiGpuState]:
+    """:data:`NVIDIA_SMI_QUERY`'s rows by PCI address: the one parser of that output.
+
+    A row with fewer columns (a capture of an older, shorter query) gives what it has; the
+    link needs all ten. Lines that name no PCI address (a header, garbage) are skipped.
+    """
+    rows: Dict[str, SmiGpuState] = {}
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        address = smi_address(fields[0]) if len(fields) >= 2 else None
+        if address is None:
+            continue
+        name, memory, driver, uuid, serial = (fields[1:6] + [""] * 5)[:5]
+        gen_now, gen_max, width_now, width_max = (
+            (parse_int(f) for f in fields[-4:]) if len(fields) >= 10 else (None, None, None, None))
+        rows[address] = SmiGpuState(
+            gen_now, gen_max, width_now, width_max, name=name or None, memory=memory or None,
+            driver=driver or None, uuid=uuid or None, serial=serial or None,
+        )
+    return rows
+
+
+def parse_smi_persistence(text: str) -> Dict[str, bool]:
+    """``Persistence Mode`` of each GPU section (``GPU 00000000:41:00.0``) of ``nvidia-smi -q``."""
+    found: Dict[str, bool] = {}
+    current: Optional[str] = None
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            current = smi_address(line[4:])
+            continue
+        key, _, value = line.partition(":")
+        if current and key.strip() == "Persistence Mode" and value.strip() in ("Enabled", "Disabled"):
+            found[current] = value.strip() == "Enabled"
+    return found
+
+
+def read_smi_query(root: Root) -> Dict[str, SmiGpuState]:
+    """:data:`NVIDIA_SMI_QUERY`'s row of each GPU, by PCI address (run live, replayed under
+    a captured root); empty without nvidia-smi."""
+    query = root.run(NVIDIA_SMI_QUERY)
+    return parse_smi_query(query.stdout) if query.ok else {}
+
+
+def read_smi_states(root: Root, query: Dict[str, SmiGpuState]) -> Dict[str, SmiGpuState]:
+    """Each GPU's query row (:func:`read_smi_query`'s, read once by the caller) with its
+    persistence mode from ``nvidia-smi -q``, by PCI address; empty without nvidia-smi."""
+    detail = root.run(NVIDIA_SMI_Q)
+    states = dict(query)
+    for address, enabled in (parse_smi_persistence(detail.stdout) if detail.ok else {}).items():
+        states[address] = states.get(address, SmiGpuState())._replace(persistence=enabled)
+    return states

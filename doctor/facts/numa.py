@@ -1,0 +1,217 @@
+"""NUMA nodes from /sys/devices/system/node: CPUs, memory, distances."""
+
+from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
+
+from strata_doctor.facts.parse import (
+    MAX_CPU,
+    cpumap_beyond_limit,
+    format_cpulist,
+    parse_cpulist,
+    parse_cpumap,
+    parse_distance,
+    parse_meminfo,
+)
+from strata_doctor.root import Root
+
+NODE_DIR = "/sys/devices/system/node"
+
+
+CPU_DIR = "/sys/devices/system/cpu"
+
+
+class NumaNode(NamedTuple):
+    """One NUMA node, from ``/sys/devices/system/node/nodeN/{cpulist,cpumap,meminfo,distance}``."""
+
+    id: int
+    """The node id (ids can be sparse: 0, 8, 250...)."""
+    cpus: FrozenSet[int]
+    """Online CPUs of the node."""
+    all_cpus: FrozenSet[int]
+    """Every CPU the node lists, online or not."""
+    memory_total: Optional[int]
+    """MemTotal in bytes; None when the node has no meminfo."""
+    memory_free: Optional[int]
+    """MemFree in bytes; None when the node has no meminfo."""
+    distances: Tuple[Tuple[int, int], ...]
+    """(other node id, distance) pairs from the node's ``distance`` row."""
+    cpus_source: str
+    """``cpulist``, ``cpumap`` (older kernels) or ``none``."""
+
+    @property
+    def has_memory(self) -> bool:
+        """Whether the node has any memory."""
+        return bool(self.memory_total)
+
+    @property
+    def memoryless(self) -> bool:
+        """A node whose meminfo says it has no memory (unknown is not zero)."""
+        return self.memory_total == 0
+
+    @property
+    def memory_only(self) -> bool:
+        """A node with memory but no CPUs: CXL, HBM, NVM or GPU memory."""
+        return not self.all_cpus and self.has_memory
+
+    def distance_to(self, other: int) -> Optional[int]:
+        """The distance from this node to ``other``; None when not reported."""
+        for node, value in self.distances:
+            if node == other:
+                return value
+        return None
+
+
+class NumaFacts(NamedTuple):
+    """The host's NUMA layout, from ``/sys/devices/system/node`` and ``/sys/devices/system/cpu``."""
+
+    nodes: Tuple[NumaNode, ...]
+    """Nodes in id order; empty when the kernel exposes no NUMA directories."""
+    online_cpus: FrozenSet[int]
+    """From ``/sys/devices/system/cpu/online`` (else the nodes' CPUs)."""
+    offline_cpus: FrozenSet[int]
+    """From ``/sys/devices/system/cpu/offline`` (without ``cpu/online``, also each ``cpuN/online``
+    that reads 0)."""
+    quirks: Tuple[str, ...]
+    """Firmware or kernel oddities seen while reading, one line each."""
+    offline_source: str = "/sys/devices/system/cpu/offline"
+    """Where ``offline_cpus`` came from: ``cpu/offline``, or ``cpu*/online`` when a capture
+    without ``cpu/online`` says it per CPU."""
+
+    def node(self, node_id: int) -> Optional[NumaNode]:
+        """The node with this id, if present."""
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        return None
+
+    @property
+    def cpu_nodes(self) -> Tuple[NumaNode, ...]:
+        """Nodes that have online CPUs."""
+        return tuple(n for n in self.nodes if n.cpus)
+
+    def node_of_cpus(self, cpus: FrozenSet[int]) -> Optional[int]:
+        """The single node whose CPUs contain every CPU in ``cpus``; None otherwise."""
+        if not cpus:
+            return None
+        owners = [n.id for n in self.nodes if cpus <= n.all_cpus]
+        return owners[0] if len(owners) == 1 else None
+
+
+def read_numa(root: Root) -> NumaFacts:
+    """Read the NUMA layout through ``root``."""
+    ids = sorted(
+        int(name[4:])
+        for name in root.listdir(NODE_DIR)
+        if name.startswith("node") and name[4:].isdigit()
+    )
+    online = parse_cpulist(root.read(f"{CPU_DIR}/online") or "")
+    offline = parse_cpulist(root.read(f"{CPU_DIR}/offline") or "")
+    quirks: List[str] = []
+    raw = [_read_node(root, node_id) for node_id in ids]
+    quirks.extend(
+        f"node{node_id}: cpumap sets CPU ids at or above {MAX_CPU}, the kernel's limit; ignored"
+        for node_id, _, source, _, _ in raw
+        if source == "cpumap" and cpumap_beyond_limit(root.read(f"{NODE_DIR}/node{node_id}/cpumap") or "")
+    )
+    if not online:
+        online = frozenset().union(*(cpus for _, cpus, _, _, _ in raw)) - offline
+    offline_source = f"{CPU_DIR}/offline"
+    if root.read(f"{CPU_DIR}/online") is None:
+        # Old or trimmed sysfs without cpu/online: each cpuN/online still says 0 for an
+        # offline CPU (lstopo drops those); a CPU without the file (cpu0) is online.
+        per_cpu = _per_cpu_online(root)
+        if per_cpu is not None:
+            present, down = per_cpu
+            if not down <= offline:
+                offline_source = f"{CPU_DIR}/cpu*/online"
+            offline = offline | down
+            online = (online or present) - offline
+    if not online:
+        # Old or trimmed sysfs without cpu/online: the cpuN folders still list the CPUs.
+        online = frozenset(
+            int(name[3:]) for name in root.listdir(CPU_DIR)
+            if name.startswith("cpu") and name[3:].isdigit()
+        ) - offline
+    nodes = []
+    for node_id, cpus, source, meminfo, row in raw:
+        distances = _pair_distances(node_id, ids, row, quirks)
+        nodes.append(
+            NumaNode(
+                id=node_id,
+                cpus=cpus & online if online else cpus,
+                all_cpus=cpus,
+                memory_total=meminfo.get("MemTotal"),
+                memory_free=meminfo.get("MemFree"),
+                distances=distances,
+                cpus_source=source,
+            )
+        )
+    quirks.extend(_symmetry_quirks(nodes))
+    quirks.extend(_overlap_quirks(nodes))
+    return NumaFacts(tuple(nodes), online, offline, tuple(quirks), offline_source)
+
+
+def _per_cpu_online(root: Root) -> Optional[Tuple[FrozenSet[int], FrozenSet[int]]]:
+    """(every cpuN folder, those whose ``cpuN/online`` reads 0); None when no CPU is offline
+    that way, so that the common tree is read as before."""
+    cpus = [int(name[3:]) for name in root.listdir(CPU_DIR) if name.startswith("cpu") and name[3:].isdigit()]
+    down = frozenset(cpu for cpu in cpus if root.read_value(f"{CPU_DIR}/cpu{cpu}/online") == "0")
+    return (frozenset(cpus), down) if down else None
+
+
+def _read_node(
+    root: Root, node_id: int
+) -> Tuple[int, FrozenSet[int], str, Dict[str, int], Tuple[int, ...]]:
+    base = f"{NODE_DIR}/node{node_id}"
+    cpulist = root.read(f"{base}/cpulist")
+    if cpulist is not None:
+        cpus, source = parse_cpulist(cpulist), "cpulist"
+    else:
+        cpumap = root.read(f"{base}/cpumap")
+        cpus, source = (parse_cpumap(cpumap), "cpumap") if cpumap is not None else (frozenset(), "none")
+    meminfo = parse_meminfo(root.read(f"{base}/meminfo") or "")
+    row = parse_distance(root.read(f"{base}/distance") or "")
+    return node_id, cpus, source, meminfo, row
+
+
+def _pair_distances(
+    node_id: int, ids: List[int], row: Tuple[int, ...], quirks: List[str]
+) -> Tuple[Tuple[int, int], ...]:
+    if not row:
+        quirks.append(f"node{node_id}: distance row is missing or empty")
+        return ()
+    if len(row) != len(ids):
+        quirks.append(
+            f"node{node_id}: distance row has {len(row)} entries for {len(ids)} nodes"
+        )
+    pairs = tuple(zip(ids, row))
+    if any(value == 0 for _, value in pairs):
+        quirks.append(f"node{node_id}: distance row contains 0 (firmware gave no SLIT)")
+    return pairs
+
+
+def _overlap_quirks(nodes: List[NumaNode]) -> List[str]:
+    """A CPU belongs to exactly one node; firmware that lists it twice is broken."""
+    if sum(len(node.all_cpus) for node in nodes) == len(frozenset().union(*(n.all_cpus for n in nodes))):
+        return []  # no CPU is listed twice (the common case, without a table of every CPU)
+    owners: Dict[int, List[int]] = {}
+    for node in nodes:
+        for cpu in node.all_cpus:
+            owners.setdefault(cpu, []).append(node.id)
+    shared = sorted({tuple(ids) for ids in owners.values() if len(ids) > 1})
+    return [
+        f"nodes {','.join(map(str, ids))} all list the same CPUs "
+        f"({format_cpulist(frozenset(c for c, o in owners.items() if tuple(o) == ids))})"
+        for ids in shared
+    ]
+
+
+def _symmetry_quirks(nodes: List[NumaNode]) -> List[str]:
+    quirks = []
+    rows = {n.id: dict(n.distances) for n in nodes}
+    for a in nodes:
+        for b in nodes:
+            if a.id < b.id:
+                ab, ba = rows[a.id].get(b.id), rows[b.id].get(a.id)
+                if ab is not None and ba is not None and ab != ba:
+                    quirks.append(f"distance node{a.id}->node{b.id} is {ab} but back is {ba}")
+    return quirks
