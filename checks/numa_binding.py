@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Iterator, List, Optional, Sequence, Tuple
 
-from strata_doctor.binding import BindingPlan, BindingState, numactl_line
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
 from strata_doctor.facts.engine import SYSTEMD_VERSION, unit_command
@@ -12,6 +11,7 @@ from strata_doctor.facts.parse import format_cpulist
 from strata_doctor.facts.saved_probe import Remote, SavedProbe, remote_reads
 from strata_doctor.fixes import binding_fix_for
 from strata_doctor.model import Evidence, Finding, Severity
+from strata_doctor.rules.binding import BindingPlan, BindingState, numactl_line
 
 
 class NumaBinding(Check):

@@ -10,14 +10,10 @@ from strata_doctor.facts.oomd import OomdFacts, Watched, oomd_commands
 from strata_doctor.facts.parse import format_bytes, format_count
 from strata_doctor.memory_fixes import move_to_system_service_fix, oomd_dropin_fix
 from strata_doctor.model import Evidence, Finding, Fix, Severity
-from strata_doctor.rules import (
-    CHAIN,
-    Exposure,
-    MemoryProjection,
-    project_memory,
-    restart_looping,
-    trap_in_effect,
-)
+from strata_doctor.rules.memory import MemoryProjection, project_memory
+from strata_doctor.rules.oomd import Exposure, restart_looping
+from strata_doctor.rules.pool import trap_in_effect
+from strata_doctor.rules.trap import CHAIN
 
 
 class Oomd(Check):

@@ -10,7 +10,7 @@ from strata_doctor.facts.hugepages import SYSCTL_KEY
 from strata_doctor.facts.parse import format_bytes, format_count
 from strata_doctor.facts.thp import THP_DIR, ThpFacts
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, RuntimeAction, Severity
-from strata_doctor.rules import PoolAssessment, pool_fix_pending
+from strata_doctor.rules.pool import PoolAssessment, pool_fix_pending
 
 STALLING_DEFRAG = ("always",)
 

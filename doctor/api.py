@@ -83,7 +83,7 @@ def plan_binding(
     settings = {"arena": _size(arena_bytes), "kv": _size(kv_bytes), "gpu": gpu,
                 "numa": str(numa), "unit": unit}
     from strata_doctor.config import ConfigError
-    from strata_doctor.context import GpuChoiceError
+    from strata_doctor.rules.gpu import GpuChoiceError
 
     try:
         config = apply_settings(EngineConfig(), settings, "plan_binding")
@@ -103,7 +103,7 @@ def _size(value: Size) -> Optional[str]:
 
 def plan_for_context(ctx: HostContext) -> NumaPlan:
     """The plan for an already opened host (what ``strata-doctor numa-plan`` prints)."""
-    from strata_doctor.binding import numactl_line
+    from strata_doctor.rules.binding import numactl_line
 
     placement = ctx.placement
     gpu = placement.gpu.address if placement else None

@@ -224,8 +224,9 @@ class UsageFailure(click.ClickException):
 def open_host(options: HostOptions) -> Tuple[Any, Any]:
     """Build the Root and HostContext for the options; errors become exit 2."""
     from strata_doctor.config import ConfigError, apply_settings, load_config
-    from strata_doctor.context import GpuChoiceError, HostContext
+    from strata_doctor.context import HostContext
     from strata_doctor.root import Root
+    from strata_doctor.rules.gpu import GpuChoiceError
 
     path = options.root
     if options.bundle and options.root not in ("/", ""):

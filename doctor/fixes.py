@@ -8,12 +8,12 @@ fix lists is online: systemd silently drops a CPU list that names an offline CPU
 
 from typing import TYPE_CHECKING, FrozenSet, List, Optional, Tuple
 
-from strata_doctor.binding import BindingPlan, node_list
 from strata_doctor.config import DEFAULT_UNIT
 from strata_doctor.facts.engine import ALLOWED_CPUS_SINCE, NUMA_POLICY_SINCE, SystemdSupport
 from strata_doctor.facts.parse import format_cpulist
 from strata_doctor.facts.units import RESERVED_UNITS
 from strata_doctor.model import FileChange, Fix, ManualStep, RuntimeAction, context_pairs
+from strata_doctor.rules.binding import BindingPlan, node_list
 
 if TYPE_CHECKING:
     from strata_doctor.context import HostContext

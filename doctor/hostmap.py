@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import FrozenSet, Mapping, NamedTuple, Optional, Tuple
 
 from strata_doctor.api import NumaPlan, plan_for_context
-from strata_doctor.context import HostContext, place_gpu
+from strata_doctor.context import HostContext
 from strata_doctor.facts.gpu import Gpu, normalize_address
 from strata_doctor.facts.parse import format_bytes, format_cpulist, parse_cpulist
+from strata_doctor.rules.gpu import place_gpu
 
 FIX_COMMAND = "strata-doctor fix --only numa-binding"
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from strata_doctor import __version__
-from strata_doctor.context import HostContext, place_gpu
+from strata_doctor.context import HostContext
 from strata_doctor.facts.parse import format_cpulist
 from strata_doctor.model import CheckResult, Finding, Fix, Severity
+from strata_doctor.rules.gpu import place_gpu
 
 SCHEMA = "strata-doctor/check/v1"
 EXIT_READY, EXIT_FINDINGS, EXIT_USAGE, EXIT_CRASH = 0, 1, 2, 3

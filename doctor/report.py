@@ -16,9 +16,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from strata_doctor import __version__
-from strata_doctor.binding import numactl_line
 from strata_doctor.config import EngineConfig
-from strata_doctor.context import HostContext, place_gpu
+from strata_doctor.context import HostContext
 from strata_doctor.facts.cpu_policy import DETECT_VIRT
 from strata_doctor.facts.engine import SYSTEMD_VERSION, command_outcome
 from strata_doctor.facts.gpu import NVIDIA_SMI_QUERY, normalize_address
@@ -32,6 +31,8 @@ from strata_doctor.facts.parse import (
 from strata_doctor.model import CheckResult, Finding, Severity
 from strata_doctor.render import EXIT_CRASH, EXIT_READY
 from strata_doctor.root import Command, CommandResult, Root
+from strata_doctor.rules.binding import numactl_line
+from strata_doctor.rules.gpu import place_gpu
 
 REPORT_SCHEMA = "strata-doctor/report/v1"
 NVIDIA_SMI = Command("nvidia-smi", ("nvidia-smi",), timeout=10.0)

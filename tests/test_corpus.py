@@ -21,11 +21,11 @@ from typing import Dict, Optional
 
 import pytest
 
-from strata_doctor.context import place_gpu
 from strata_doctor.facts.gpu import _read_gpu
 from strata_doctor.facts.numa import read_numa
 from strata_doctor.facts.parse import format_cpulist, parse_cpulist, parse_cpumap, parse_int
 from strata_doctor.root import Root
+from strata_doctor.rules.gpu import place_gpu
 from tests.conftest import run_cli
 from tests.corpus import (
     ARCHIVES,

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from strata_doctor.context import place_gpu
 from strata_doctor.facts.cpu import blocks_topology, plain_cpuinfo_topology, read_cpu
 from strata_doctor.facts.gpu import read_gpus
 from strata_doctor.facts.numa import read_numa
 from strata_doctor.facts.parse import parse_cpuinfo
 from strata_doctor.root import Root
+from strata_doctor.rules.gpu import place_gpu
 from tests.conftest import write_tree
 
 NODE = "/sys/devices/system/node"

@@ -43,7 +43,8 @@ from strata_doctor.facts.processes import read_processes
 from strata_doctor.facts.thp import read_thp
 from strata_doctor.facts.unitfile import parse_ini
 from strata_doctor.root import Root
-from strata_doctor.rules import CHAIN, HugepageNeed, assess_pool
+from strata_doctor.rules.pool import HugepageNeed, assess_pool
+from strata_doctor.rules.trap import CHAIN
 from tests.conftest import SHARED, write_tree
 
 GIB = 1024**3

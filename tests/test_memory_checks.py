@@ -15,7 +15,7 @@ import pytest
 
 from strata_doctor.model import Severity
 from strata_doctor.registry import run_checks
-from strata_doctor.rules import CHAIN
+from strata_doctor.rules.trap import CHAIN
 from tests.conftest import HOSTS, run_cli, two_node_files, write_tree
 
 MIB = 1024**2

@@ -612,8 +612,8 @@ def test_odd_numbers_in_number_fields_never_raise(parser: object, template: str,
 def test_an_engine_under_preferred_many_follows_a_two_node_plan() -> None:
     """Linux 5.15+ writes the policy as ``prefer (many):0-1``; that is the plan's own, even
     where full nodes made most pages spill elsewhere."""
-    from strata_doctor.binding import BindingPlan, _policy_nodes, _process_follows
     from strata_doctor.facts.engine import EngineProcess
+    from strata_doctor.rules.binding import BindingPlan, _policy_nodes, _process_follows
 
     assert _policy_nodes("bind=static:0-1") == _policy_nodes("weighted interleave:0-1") == frozenset({0, 1})
     line = b"7f00 prefer (many):0-1 anon=8 N0=1 N2=7 kernelpagesize_kB=4\n"

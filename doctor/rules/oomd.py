@@ -1,0 +1,60 @@
+"""The engine's exposure to systemd-oomd, and whether it is in a restart loop."""
+
+from typing import NamedTuple, Optional, Tuple
+
+from strata_doctor.facts.oomd import OomdFacts, Watched
+
+
+# -- systemd-oomd ------------------------------------------------------------------------
+class Exposure(NamedTuple):
+    """Whether systemd-oomd can kill the engine, and what protects it."""
+
+    watched: Tuple[Watched, ...]
+    """Watched cgroups on the engine's path (itself or an ancestor)."""
+    preference: str
+    """The engine unit's loaded ManagedOOMPreference (``none`` when unset)."""
+    honoured: bool
+    """Whether oomd honours a preference for the engine's cgroup (root-owned: a system
+    service, not a unit or scope under ``user@UID.service``)."""
+    configured: Optional[Tuple[str, str]]
+    """(value, file) of ManagedOOMPreference in the engine unit's files on disk."""
+    swap_usable: bool
+    """Whether the host has swap (ManagedOOMSwap cannot fire without it)."""
+
+    @property
+    def effective_watch(self) -> Tuple[Watched, ...]:
+        """The watches that can fire: pressure always, swap only with swap."""
+        return tuple(w for w in self.watched if w.kind == "memory-pressure" or self.swap_usable)
+
+    @property
+    def protected(self) -> bool:
+        """``avoid`` or ``omit`` is loaded and honoured."""
+        return self.honoured and self.preference in ("avoid", "omit")
+
+    @property
+    def pending(self) -> bool:
+        """``avoid``/``omit`` is written in a unit file but not loaded yet."""
+        return (self.honoured and not self.protected and self.configured is not None
+                and self.configured[0] in ("avoid", "omit"))
+
+    @property
+    def exposed(self) -> bool:
+        """oomd can pick the engine as its victim."""
+        return bool(self.effective_watch) and not self.protected
+
+
+def assess_exposure(facts: OomdFacts) -> Exposure:
+    """How exposed the engine is to systemd-oomd (whatever oomd's state)."""
+    engine = facts.engine_settings
+    preference = (engine.preference if engine and engine.shown else "") or "none"
+    configured = engine.on_disk("ManagedOOMPreference") if engine else None
+    honoured = facts.engine_cgroup is not None and facts.user_uid is None
+    swap = bool(facts.swap_total)
+    return Exposure(facts.watched(), preference, honoured, configured, swap)
+
+
+# -- the seed's trap, from the numbers ------------------------------------------------------
+def restart_looping(facts: OomdFacts) -> bool:
+    """The engine's unit restarts after failures (NRestarts, Result=oom-kill, auto-restart)."""
+    return bool(facts.n_restarts) or facts.result == "oom-kill" or "auto-restart" in facts.active_state \
+        or facts.active_state.startswith(("failed", "activating"))
