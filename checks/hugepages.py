@@ -7,7 +7,7 @@ from strata_doctor.context import HostContext
 from strata_doctor.facts.hugepages import SYSCTL_KEY, HugepageFacts, HugetlbfsFile, PagePool, format_page_size
 from strata_doctor.facts.oomd import oomd_commands
 from strata_doctor.facts.parse import format_bytes, format_count
-from strata_doctor.memory_fixes import node_pool_fix, size_pool_fix, sysctl_fix
+from strata_doctor.fix.memory import node_pool_fix, size_pool_fix, sysctl_fix
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
 from strata_doctor.rules.pool import PendingPool, PoolAssessment, pending_pool, pool_fix_pending
 from strata_doctor.rules.trap import CHAIN, TrapVerdict

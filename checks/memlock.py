@@ -8,7 +8,7 @@ from strata_doctor.check import Check
 from strata_doctor.context import HostContext
 from strata_doctor.facts.cgroup import DOCKER_MEMLOCK, Limit, parse_systemd_bytes
 from strata_doctor.facts.parse import format_bytes
-from strata_doctor.limit_fixes import memlock_fix
+from strata_doctor.fix.limits import memlock_fix
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
 
 SYSTEMD_DEFAULT = 8 * 1024**2

@@ -7,7 +7,7 @@ from typing import Iterator, List, Optional
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
 from strata_doctor.facts.cpu_policy import NUMA_BALANCING, VMSTAT
-from strata_doctor.memory_fixes import sysctl_fix, sysctl_placement
+from strata_doctor.fix.memory import sysctl_fix, sysctl_placement
 from strata_doctor.model import Evidence, Finding, Fix, Severity
 
 KEY = "kernel.numa_balancing"

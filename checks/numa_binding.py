@@ -9,7 +9,7 @@ from strata_doctor.context import HostContext
 from strata_doctor.facts.engine import SYSTEMD_VERSION, unit_command
 from strata_doctor.facts.parse import format_cpulist
 from strata_doctor.facts.saved_probe import Remote, SavedProbe, remote_reads
-from strata_doctor.fixes import binding_fix_for
+from strata_doctor.fix.binding import binding_fix_for
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.rules.binding import BindingPlan, BindingState, numactl_line
 

@@ -8,7 +8,7 @@ from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
 from strata_doctor.facts.oomd import OomdFacts, Watched, oomd_commands
 from strata_doctor.facts.parse import format_bytes, format_count
-from strata_doctor.memory_fixes import move_to_system_service_fix, oomd_dropin_fix
+from strata_doctor.fix.memory import move_to_system_service_fix, oomd_dropin_fix
 from strata_doctor.model import Evidence, Finding, Fix, Severity
 from strata_doctor.rules.memory import MemoryProjection, project_memory
 from strata_doctor.rules.oomd import Exposure, restart_looping

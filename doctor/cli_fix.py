@@ -69,7 +69,8 @@ def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple
     if revert:
         _require_privilege(options.root, True)
         sys.exit(_revert(options.root, force, fmt, wait))
-    from strata_doctor.plan import PlanOptions, build_plan, plan_data, plan_text
+    from strata_doctor.fix.plan import PlanOptions, build_plan, plan_data
+    from strata_doctor.fix.plan_text import plan_text
 
     _require_privilege(options.root, do_apply)
     if not do_apply:
@@ -80,7 +81,7 @@ def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple
         plan = build_plan(ctx, before, PlanOptions(only, skip, reserve_node, preflight, restart, force))
         _emit(fmt, plan_text(plan), {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False})
         sys.exit(0)
-    from strata_doctor.apply import ApplyError, Lock, refuse_unfinished
+    from strata_doctor.fix.apply import ApplyError, Lock, refuse_unfinished
     from strata_doctor.root import Root
 
     try:
@@ -100,8 +101,9 @@ def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple
 def _apply_locked(root: Any, ctx: Any, before: Sequence[CheckResult], plan: Any, lock: Any,
                   options: Any, fmt: str, yes: bool) -> int:
     """Show and carry out a plan made under ``lock``; the exit code."""
-    from strata_doctor.apply import ApplyError, apply_plan, drop_state_quietly
-    from strata_doctor.plan import plan_data, plan_text
+    from strata_doctor.fix.apply import ApplyError, apply_plan, drop_state_quietly
+    from strata_doctor.fix.plan import plan_data
+    from strata_doctor.fix.plan_text import plan_text
 
     if plan.problems or plan.empty:
         drop_state_quietly(lock)  # the lock's folder goes again when nothing is recorded
@@ -162,7 +164,7 @@ def _after(options: Any, ctx: Any, before: Sequence[CheckResult], report: Any, p
     """Run the checks again on a fresh root (nothing cached) and show before → after."""
     from strata_doctor import render
     from strata_doctor.context import HostContext
-    from strata_doctor.plan import plan_data
+    from strata_doctor.fix.plan import plan_data
     from strata_doctor.root import Root
 
     fresh = HostContext(Root(ctx.root.base), ctx.config, ctx.gpu_choice)
@@ -178,7 +180,7 @@ def _after(options: Any, ctx: Any, before: Sequence[CheckResult], report: Any, p
             "exit_code": code,
         }, indent=2, sort_keys=True))
         return code
-    from strata_doctor.plan import counted
+    from strata_doctor.fix.plan_text import counted
 
     saved = report.journal.rpartition("/")[0]  # the apply's folder: the originals and their journal
     saved = saved if ctx.root.live else str(ctx.root.path(saved))  # where it is on this machine
@@ -242,7 +244,7 @@ def _state(result: CheckResult) -> str:
 
 
 def _revert(root_path: str, force: bool, fmt: str, wait: bool) -> int:
-    from strata_doctor.apply import ApplyError, revert_last
+    from strata_doctor.fix.apply import ApplyError, revert_last
     from strata_doctor.root import Root
 
     root = Root(root_path)

@@ -86,8 +86,8 @@ def probe_command(root: Optional[str], bundle: Optional[str], seconds: float, si
 
 def save_result(root: Path, text: str) -> str:
     """Write the JSON atomically to ``/var/lib/strata-doctor/probe.json`` under ``root``."""
-    from strata_doctor.apply import ApplyError, atomic_write
     from strata_doctor.facts.saved_probe import SAVED_PATH
+    from strata_doctor.fix.apply import ApplyError, atomic_write
     from strata_doctor.root import Root
 
     shown = str(root).rstrip("/") + SAVED_PATH

@@ -81,7 +81,7 @@ def write_bytes(path: str, data: bytes, mode: Optional[int] = None) -> int:
     give (0666 less the umask).
 
     ``fix --apply`` writes host files with the other atomic writer,
-    :func:`strata_doctor.apply.atomic_write`: the same method, but a path inside a captured
+    :func:`strata_doctor.fix.apply.atomic_write`: the same method, but a path inside a captured
     root, whose folders are resolved inside that root (a link never leads out of it), and
     a fixed temporary name that its journal records for a revert after a kill. Here the path
     is the user's own, its folders are resolved by the kernel as typed (links in them are

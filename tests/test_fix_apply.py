@@ -18,10 +18,10 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from strata_doctor import apply as applier
-from strata_doctor.apply import ApplyError, apply_plan, revert_last
 from strata_doctor.cli import run_selected
-from strata_doctor.plan import PlanOptions, build_plan
+from strata_doctor.fix import apply as applier
+from strata_doctor.fix.apply import ApplyError, apply_plan, revert_last
+from strata_doctor.fix.plan import PlanOptions, build_plan
 from tests.conftest import HOSTS, PREFLIGHT_SCRIPT, REPO, compare_golden, run_cli
 from tests.test_fix_hosts import SYNTHETIC, Entry, context_for, make_host, snapshot
 

@@ -17,7 +17,7 @@ import pytest
 from strata_doctor.config import load_config
 from strata_doctor.context import HostContext
 from strata_doctor.facts.engine import parse_systemd_version, read_systemd_support
-from strata_doctor.fixes import binding_fix_for
+from strata_doctor.fix.binding import binding_fix_for
 from strata_doctor.root import Root
 from tests.conftest import UNBOUND_UNIT, two_node_files, write_tree
 

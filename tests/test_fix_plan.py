@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from strata_doctor.fix.plan import PlanOptions, build_plan
+from strata_doctor.fix.plan_text import plan_text
 from strata_doctor.model import CheckResult, FileChange, Finding, Fix, RuntimeAction, Severity, context_pairs
-from strata_doctor.plan import PlanOptions, build_plan, plan_text
 from tests.test_fix_hosts import context_for, make_host
 
 SYSCTL = "/etc/sysctl.d/60-strata-doctor.conf"

@@ -23,8 +23,8 @@ from typing import Callable, Iterator, List, Optional, Tuple
 import pytest
 from click.testing import Result
 
-from strata_doctor import apply as applier
-from strata_doctor.apply import INTERRUPTED, REVERT_INTERRUPTED
+from strata_doctor.fix import apply as applier
+from strata_doctor.fix.apply import INTERRUPTED, REVERT_INTERRUPTED
 from tests.conftest import HOSTS, REPO, run_cli, seed_copy
 from tests.test_fix_hosts import make_host, snapshot
 

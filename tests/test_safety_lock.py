@@ -16,9 +16,9 @@ from typing import List, Tuple
 
 import pytest
 
-from strata_doctor.apply import Lock, apply_plan, drop_state_if_empty
 from strata_doctor.cli import run_selected
-from strata_doctor.plan import PlanOptions, build_plan
+from strata_doctor.fix.apply import Lock, apply_plan, drop_state_if_empty
+from strata_doctor.fix.plan import PlanOptions, build_plan
 from strata_doctor.root import Root
 from tests.conftest import HOSTS, REPO, seed_copy
 from tests.test_fix_hosts import context_for, snapshot

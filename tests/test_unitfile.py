@@ -8,7 +8,7 @@ from strata_doctor.config import EngineConfig
 from strata_doctor.context import HostContext
 from strata_doctor.facts.unitfile import parse_ini, split_command
 from strata_doctor.facts.units import unit_settings
-from strata_doctor.fixes import binding_fix_for
+from strata_doctor.fix.binding import binding_fix_for
 from strata_doctor.root import Root
 from tests.conftest import UNBOUND_UNIT, two_node_files, write_tree
 

@@ -1,4 +1,4 @@
-"""The only writer: carries out a :class:`~strata_doctor.plan.FixPlan`, and undoes it.
+"""The only writer: carries out a :class:`~strata_doctor.fix.plan.FixPlan`, and undoes it.
 
 Order of an apply, so that a kill between any two steps leaves a revertible tree:
 
@@ -38,8 +38,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from strata_doctor.fix.plan import FixPlan, PlannedFile
 from strata_doctor.inroot import InRoot, split
-from strata_doctor.plan import FixPlan, PlannedFile
 from strata_doctor.root import Root
 
 STATE_DIR = "/var/lib/strata-doctor"
