@@ -101,7 +101,7 @@ def _fit_encoding(stream: Any) -> None:
     try:
         "✓✗→—".encode(getattr(stream, "encoding", None) or "ascii")
     except (UnicodeEncodeError, LookupError):
-        from strata_doctor.render import fit_stream
+        from strata_doctor.output.text import fit_stream
 
         fit_stream(stream)
 
@@ -294,7 +294,7 @@ def _unpack_bundle(path: str) -> str:
     import tarfile
     import zlib
 
-    from strata_doctor.bundle import TOP, unpack  # tarfile and gzip only when replaying a bundle
+    from strata_doctor.output.bundle import TOP, unpack  # tarfile and gzip only when replaying a bundle
 
     if not os.path.lexists(path):
         raise UsageFailure(f"--bundle {path}: no such file")
@@ -365,12 +365,13 @@ FAIL_ON = click.Choice(["error", "warning"])
 def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], ignore: Tuple[str, ...],
                   fail_on: str, verbose: bool, quiet: bool, **kwargs: Any) -> None:
     """Check this host (or a captured one) for the engine; exit 1 when not ready."""
-    from strata_doctor import render
+    from strata_doctor.output import json as render_json
+    from strata_doctor.output import text as render
 
     if output and fmt not in ("prometheus", "nfd"):
         raise UsageFailure("--output is for --format prometheus or nfd")
     if output:
-        from strata_doctor.output import OutputError, check_path, is_stdout
+        from strata_doctor.output.files import OutputError, check_path, is_stdout
 
         try:
             check_path(output)
@@ -384,7 +385,7 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
     threshold = Severity.parse(fail_on)
     code = render.exit_code(results, threshold)
     if fmt in ("prometheus", "nfd"):
-        from strata_doctor import render_fleet
+        from strata_doctor.output import fleet as render_fleet
 
         if output is None:
             render_fleet.emit(fmt, ctx, results, code, None)
@@ -392,7 +393,7 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
             _write_fleet_file(output, render_fleet.to_prometheus(ctx, results, code) if fmt == "prometheus"
                               else render_fleet.to_nfd(ctx, results, code))
     elif fmt == "json":
-        click.echo(render.to_json(ctx, results, code), nl=False)
+        click.echo(render_json.to_json(ctx, results, code), nl=False)
     elif quiet:
         for line in render.quiet_lines(results, threshold):
             click.echo(line)
@@ -402,9 +403,9 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
 
 
 def _write_fleet_file(path: str, text: str) -> None:
-    """Replace ``path`` atomically under doctor/output.py's rule; 0644, as the collector may
+    """Replace ``path`` atomically under doctor/output/files.py's rule; 0644, as the collector may
     run as another user. A path refused or not writable is one line and exit 2."""
-    from strata_doctor.output import OutputError, write_text
+    from strata_doctor.output.files import OutputError, write_text
 
     try:
         write_text(path, text, 0o644)

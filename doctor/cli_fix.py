@@ -162,9 +162,9 @@ def _emit(fmt: str, text: str, data: Dict[str, Any], err: bool = False) -> None:
 
 def _after(options: Any, ctx: Any, before: Sequence[CheckResult], report: Any, plan: Any, fmt: str) -> int:
     """Run the checks again on a fresh root (nothing cached) and show before → after."""
-    from strata_doctor import render
     from strata_doctor.context import HostContext
     from strata_doctor.fix.plan import plan_data
+    from strata_doctor.output import text as render
     from strata_doctor.root import Root
 
     fresh = HostContext(Root(ctx.root.base), ctx.config, ctx.gpu_choice)

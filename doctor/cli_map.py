@@ -21,9 +21,9 @@ from strata_doctor.cli import UsageFailure, host_from_kwargs, host_options, open
               show_default=True, help="mermaid: a flowchart for Markdown (GitHub, GitLab).")
 def map_command(fmt: str, **kwargs: Any) -> None:
     """Draw this host: NUMA nodes, GPUs, where the engine runs and where a fix puts it."""
-    from strata_doctor import render_map
     from strata_doctor.api import PlanError
-    from strata_doctor.hostmap import build_map
+    from strata_doctor.output import map as render_map
+    from strata_doctor.output.hostmap import build_map
 
     _, ctx = open_host(host_from_kwargs(kwargs))
     try:

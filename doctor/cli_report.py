@@ -59,9 +59,10 @@ def report_host_options(func: F) -> F:
 def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], no_redact: bool,
                    ignore: Tuple[str, ...], fail_on: str, **kwargs: Any) -> None:
     """Write a bug report of this host (Markdown or JSON), redacted, and optionally a bundle."""
-    from strata_doctor import render
-    from strata_doctor.redact import Redactor
-    from strata_doctor.report import build_report, private_values, protected_words
+    from strata_doctor.output import json as render_json
+    from strata_doctor.output import text as render
+    from strata_doctor.output.redact import Redactor
+    from strata_doctor.output.report import build_report, private_values, protected_words
 
     kwargs["bundle"] = None
     _check_outputs(output, bundle_out)
@@ -70,7 +71,7 @@ def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], n
     results = run_selected(ctx, (), ignore)
     code = render.exit_code(results, Severity.parse(fail_on))
     # The check JSON as `check --format json` prints it, before the report reads more facts.
-    check_data = render.to_json_data(ctx, results, code)
+    check_data = render_json.to_json_data(ctx, results, code)
     report = build_report(ctx, results, code)
     redactor = Redactor(enabled=not no_redact)
     if redactor.enabled:
@@ -88,7 +89,7 @@ def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], n
 
 def _check_outputs(output: Optional[str], bundle_out: Optional[str]) -> None:
     """Refuse output paths before any work (docs/report.md#output-paths)."""
-    from strata_doctor.output import OutputError, check_path, is_stdout, stdout_is_terminal
+    from strata_doctor.output.files import OutputError, check_path, is_stdout, stdout_is_terminal
 
     for option, path in (("--output", output), ("--bundle", bundle_out)):
         if path is None:
@@ -107,7 +108,7 @@ def _check_outputs(output: Optional[str], bundle_out: Optional[str]) -> None:
 
 
 def _prepare_bundle(root: Any, ctx: Any, redactor: Any, report: Any) -> Tuple[Any, List[Any]]:
-    from strata_doctor.bundle import capture, redact_capture
+    from strata_doctor.output.bundle import capture, redact_capture
 
     captured = capture(root, report.unreadable, report.absent)
     return captured, redact_capture(captured, redactor, ctx.config)
@@ -118,7 +119,7 @@ def _render(
 ) -> Tuple[str, Dict[str, Any], Dict[str, Any]]:
     """Markdown, report JSON and check JSON, redacted; rendered again while a pass still
     finds new values, so the redaction summary counts everything it replaced."""
-    from strata_doctor.report import render_markdown, report_data
+    from strata_doctor.output.report import render_markdown, report_data
 
     markdown, data, check = "", {}, {}
     for _ in range(MAX_PASSES):
@@ -134,15 +135,15 @@ def _render(
 
 def _write_bundle(path: str, parts: Tuple[Any, List[Any]], redactor: Any, markdown: str,
                   check_data: Dict[str, Any]) -> None:
-    from strata_doctor.bundle import write_bundle
-    from strata_doctor.report import could_not_read
+    from strata_doctor.output.bundle import write_bundle
+    from strata_doctor.output.report import could_not_read
 
     captured, members = parts
     documents = {
         "report.md": markdown.encode("utf-8"),
         "check.json": (json.dumps(check_data, indent=2, sort_keys=True) + "\n").encode("utf-8"),
     }
-    from strata_doctor.output import OutputError, is_stdout
+    from strata_doctor.output.files import OutputError, is_stdout
 
     try:
         info = write_bundle(path, captured, members, redactor, documents)
@@ -162,7 +163,7 @@ def _write_bundle(path: str, parts: Tuple[Any, List[Any]], redactor: Any, markdo
 
 
 def _emit(text: str, output: Optional[str]) -> None:
-    from strata_doctor.output import OutputError, is_stdout, write_text
+    from strata_doctor.output.files import OutputError, is_stdout, write_text
 
     if output is None or is_stdout(output):
         click.echo(text, nl=False)

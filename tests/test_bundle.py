@@ -15,7 +15,7 @@ from typing import Any, Dict
 
 import pytest
 
-from strata_doctor.bundle import TOP, unpack
+from strata_doctor.output.bundle import TOP, unpack
 from tests.conftest import HOSTS, run_cli, two_node_files, write_tree
 from tests.test_report import archive_views, planted_files
 

@@ -13,7 +13,7 @@ from typing import Callable, Dict, Optional
 
 import pytest
 
-from strata_doctor.bundle import TOP, unpack
+from strata_doctor.output.bundle import TOP, unpack
 from tests.conftest import run_cli, two_node_files, write_tree
 from tests.test_bundle import read_member
 

@@ -15,7 +15,7 @@ import pytest
 
 from strata_doctor.cli import use_color
 from strata_doctor.model import CheckResult, Crash, Finding, Severity, Skip
-from strata_doctor.render import TextStyle, to_text
+from strata_doctor.output.text import TextStyle, to_text
 from tests.conftest import HOSTS, run_cli
 
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Dict
 
-from strata_doctor.render_fleet import write_atomic
+from strata_doctor.output.fleet import write_atomic
 from tests.conftest import run_cli
 
 SAMPLE = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"\\\n]*"(,[a-z_]+="[^"\\\n]*")*\})? -?[0-9.e+]+$')

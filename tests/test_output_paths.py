@@ -1,4 +1,4 @@
-"""One rule for every option that writes a file (doctor/output.py, docs/report.md#output-paths):
+"""One rule for every option that writes a file (doctor/output/files.py, docs/report.md#output-paths):
 ``-`` is standard output; a folder, FIFO, socket, device or symbolic link is refused with one
 line and exit 2, and left as it was; a regular file is replaced atomically."""
 
@@ -14,7 +14,7 @@ from typing import Callable, List
 
 import pytest
 
-from strata_doctor.output import OutputError, check_path, write_bytes
+from strata_doctor.output.files import OutputError, check_path, write_bytes
 from tests.conftest import run_cli
 
 # (command line before the path, the option): every writer of output files.
@@ -163,7 +163,7 @@ def test_write_bytes_refuses_a_path_that_changed_while_writing(tmp_path: Path,
             os.mkfifo(path)
         real(path)
 
-    monkeypatch.setattr("strata_doctor.output.check_path", swap_then_check)
+    monkeypatch.setattr("strata_doctor.output.files.check_path", swap_then_check)
     with pytest.raises(OutputError, match="is a FIFO"):
         write_bytes(str(out), b"data")
     assert stat.S_ISFIFO(os.lstat(out).st_mode)

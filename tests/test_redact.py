@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import List
 
-from strata_doctor.redact import Redactor
+from strata_doctor.output.redact import Redactor
 from strata_doctor.root import Root
 from tests.conftest import write_tree
 
@@ -116,7 +116,7 @@ def test_credentials_lose_their_values() -> None:
 
 
 def test_cgroup_v2_lines_are_not_ipv6_addresses() -> None:
-    from strata_doctor.redact import Redactor
+    from strata_doctor.output.redact import Redactor
 
     redactor = Redactor()
     assert redactor.text("0::/system.slice/strata.service\n0::/\n") == (

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from strata_doctor.bundle import TOP
+from strata_doctor.output.bundle import TOP
 from tests.conftest import HOSTS, run_cli, two_node_files, write_tree
 from tests.corpus import SNAPSHOTS, Corpus
 

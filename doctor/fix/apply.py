@@ -625,7 +625,7 @@ def atomic_write(root: Root, host_path: str, data: bytes, mode: int,
                  owner: Optional[Tuple[int, int]] = None) -> None:
     """Replace a file inside the root: temp file in the same folder, fsync, rename, fsync the folder.
 
-    The other atomic writer, :func:`strata_doctor.output.write_bytes`, writes the files a
+    The other atomic writer, :func:`strata_doctor.output.files.write_bytes`, writes the files a
     user names (``--output``, ``--bundle``). They share the method (a temporary file beside
     the target, fsync, rename over it; a link or a non-regular file at the target refused)
     but not the code, because three things must differ:

@@ -1,4 +1,4 @@
-"""Draw a :class:`~strata_doctor.hostmap.HostMap`: boxes for the terminal, a Mermaid
+"""Draw a :class:`~strata_doctor.output.hostmap.HostMap`: boxes for the terminal, a Mermaid
 flowchart for Markdown (the report), or JSON (``strata-doctor/map/v1``, docs/json-schema.md).
 
 Pure: the map in, text out. Box drawing characters under a stream that can encode them,
@@ -16,8 +16,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from strata_doctor import __version__
 from strata_doctor.facts.parse import format_bytes, format_cpulist
-from strata_doctor.hostmap import HostMap, MapGpu, MapNode
-from strata_doctor.render import ASCII
+from strata_doctor.output.hostmap import HostMap, MapGpu, MapNode
+from strata_doctor.output.text import ASCII
 
 SCHEMA = "strata-doctor/map/v1"
 BOX = {"h": "─", "v": "│", "tl": "┌", "tr": "┐", "bl": "└", "br": "┘"}

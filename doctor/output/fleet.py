@@ -32,10 +32,10 @@ def emit(fmt: str, ctx: HostContext, results: Sequence[CheckResult], code: int,
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Replace ``path`` with ``text`` under doctor/output.py's rule (``-`` is standard
+    """Replace ``path`` with ``text`` under doctor/output/files.py's rule (``-`` is standard
     output; folders, FIFOs, devices and symlinks are refused): a temporary file in the same
     directory, fsync, rename; mode 0644, as the collector may run as another user."""
-    from strata_doctor.output import write_text
+    from strata_doctor.output.files import write_text
 
     write_text(path, text, 0o644)
 

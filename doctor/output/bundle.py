@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from strata_doctor.config import CONFIG_SOURCE, DEFAULT_CONFIG, EngineConfig
 from strata_doctor.facts.processes import engine_cmdline
-from strata_doctor.redact import Redactor
+from strata_doctor.output.redact import Redactor
 from strata_doctor.root import CAPTURE_DIR, COMMANDS_DIR, STAT_FILE, CommandResult, FileStat, Root
 
 TOP = "strata-doctor-bundle"
@@ -450,7 +450,7 @@ def _write_archive(path: str, members: List[Entry]) -> int:
     raw = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
         gz.write(buffer.getvalue())
-    from strata_doctor.output import write_bytes  # '-' and what may be replaced: docs/report.md
+    from strata_doctor.output.files import write_bytes  # '-' and what may be replaced: docs/report.md
 
     return write_bytes(path, raw.getvalue())
 

@@ -1,7 +1,7 @@
 """The picture of one host as data: what ``strata-doctor map`` and the report draw.
 
 :func:`build_map` gathers it from a :class:`~strata_doctor.context.HostContext` (its facts,
-the binding plan and whether the engine follows it); ``doctor/render_map.py`` draws it as
+the binding plan and whether the engine follows it); ``doctor/output/map.py`` draws it as
 text, Mermaid or JSON without reading anything else. Nothing here renders a fix's files:
 what a fix would change is the planned binding, set against the binding in effect now.
 """

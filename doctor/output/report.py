@@ -29,7 +29,7 @@ from strata_doctor.facts.parse import (
     parse_meminfo,
 )
 from strata_doctor.model import CheckResult, Finding, Severity
-from strata_doctor.render import EXIT_CRASH, EXIT_READY
+from strata_doctor.output.text import EXIT_CRASH, EXIT_READY
 from strata_doctor.root import Command, CommandResult, Root
 from strata_doctor.rules.binding import numactl_line
 from strata_doctor.rules.gpu import place_gpu
@@ -350,8 +350,8 @@ def measured_text(ctx: HostContext) -> Optional[str]:
 def host_map(ctx: HostContext) -> Optional[str]:
     """The Mermaid picture of the host (docs/map.md), its GPUs named as nvidia-smi names them."""
     from strata_doctor.api import PlanError
-    from strata_doctor.hostmap import build_map
-    from strata_doctor.render_map import to_mermaid
+    from strata_doctor.output.hostmap import build_map
+    from strata_doctor.output.map import to_mermaid
 
     try:
         return to_mermaid(build_map(ctx))
@@ -397,7 +397,7 @@ def _finding_lines(results: Sequence[CheckResult]) -> Tuple[FindingLine, ...]:
 
 def finding_line(finding: Finding) -> FindingLine:
     """One finding as report data."""
-    from strata_doctor.render import MARKS
+    from strata_doctor.output.text import MARKS
 
     fix = finding.fix
     return FindingLine(
