@@ -219,8 +219,8 @@ def process_scan_row(rounds: int) -> Row:
 def probe_yardstick_row(rounds: int) -> Row:
     """probe's read bandwidth (every CPU of the first node) against one memchr thread,
     over the same 256 MiB buffer bound to that node (docs/probe.md)."""
-    from strata_doctor import probe
-    from strata_doctor.probe_sys import System, Unsupported
+    from strata_doctor.probe import measure as probe
+    from strata_doctor.probe.system import System, Unsupported
 
     try:
         result = probe.yardstick(System(), 256 << 20, 0.3, rounds=max(3, rounds // 3) | 1)

@@ -48,9 +48,10 @@ def probe_command(root: Optional[str], bundle: Optional[str], seconds: float, si
     if bundle or (root and os.path.realpath(root) != "/"):
         which = "--bundle" if bundle else "--root"
         raise UsageFailure(f"probe measures the live host only; {which} replays a captured one")
-    from strata_doctor import probe, probe_gpu
     from strata_doctor.facts import saved_probe as probe_data
-    from strata_doctor.probe_sys import System, Unsupported
+    from strata_doctor.probe import gpu as probe_gpu
+    from strata_doctor.probe import measure as probe
+    from strata_doctor.probe.system import System, Unsupported
 
     try:
         system = System()

@@ -16,10 +16,11 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
 
-from strata_doctor import cli_probe, probe
+from strata_doctor import cli_probe
 from strata_doctor.facts import saved_probe as probe_data
 from strata_doctor.facts.saved_probe import SCHEMA, Cell, ProbeResult
-from strata_doctor.probe_sys import NodeInfo, System
+from strata_doctor.probe import measure as probe
+from strata_doctor.probe.system import NodeInfo, System
 from tests.conftest import run_cli
 
 MiB = 1 << 20
@@ -310,7 +311,7 @@ def fake_cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., F
             system = FakeSystem(nodes or two_nodes())
             made.append(system)
             return system
-        monkeypatch.setattr("strata_doctor.probe_sys.System", factory)
+        monkeypatch.setattr("strata_doctor.probe.system.System", factory)
         monkeypatch.setattr(cli_probe, "SAVE_ROOT", str(tmp_path))
         return made  # type: ignore[return-value]
     return make
@@ -372,7 +373,7 @@ def test_ctrl_c_on_the_command_line_frees_and_says_so(monkeypatch: pytest.Monkey
         made.append(FakeSystem(two_nodes(), interrupt_at="pin"))
         return made[-1]
 
-    monkeypatch.setattr("strata_doctor.probe_sys.System", interrupted)
+    monkeypatch.setattr("strata_doctor.probe.system.System", interrupted)
     result = run_cli(["probe", "--size", "8MiB", "--seconds", "0.1", "--no-gpu"])
     assert result.exit_code == 130
     assert result.stdout == ""

@@ -12,7 +12,7 @@ import ctypes
 from array import array
 from typing import Any, Dict, List, Optional
 
-from strata_doctor import probe_gpu
+from strata_doctor.probe import gpu as probe_gpu
 from tests.test_probe import FakeSystem, two_nodes
 
 

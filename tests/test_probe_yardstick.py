@@ -13,8 +13,8 @@ import platform
 
 import pytest
 
-from strata_doctor import probe
-from strata_doctor.probe_sys import SYSCALLS, System
+from strata_doctor.probe import measure as probe
+from strata_doctor.probe.system import SYSCALLS, System
 
 pytestmark = pytest.mark.skipif(
     platform.system() != "Linux" or platform.machine() not in SYSCALLS

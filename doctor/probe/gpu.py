@@ -17,7 +17,7 @@ import threading
 from typing import List, Optional, Sequence, Tuple
 
 from strata_doctor.facts.saved_probe import GpuCopy
-from strata_doctor.probe_sys import NodeInfo, System
+from strata_doctor.probe.system import NodeInfo, System
 
 LIBRARIES = ("libcudart.so", "libcudart.so.12", "libcudart.so.11.0")
 COPY_BYTES = 256 << 20

@@ -16,7 +16,7 @@ For every pair of a CPU node (a node with CPUs this process may use) and a memor
 * **placement**: after measuring, ``move_pages(nodes=NULL)`` reports every page's node;
   the cell's ``placed_fraction`` is the share on the memory node.
 
-Everything runs through :class:`~strata_doctor.probe_sys.System`, which tests replace.
+Everything runs through :class:`~strata_doctor.probe.system.System`, which tests replace.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from strata_doctor.facts.parse import format_bytes
 from strata_doctor.facts.saved_probe import Cell, ProbeResult
-from strata_doctor.probe_sys import NODE_DIR, NodeInfo, System, Unsupported
+from strata_doctor.probe.system import NODE_DIR, NodeInfo, System, Unsupported
 
 MiB = 1 << 20
 DEFAULT_SIZE = 1 << 30
