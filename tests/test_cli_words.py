@@ -13,7 +13,7 @@ from typing import Dict
 
 import pytest
 
-from strata_doctor.cli import use_color
+from strata_doctor.cli.options import use_color
 from strata_doctor.model import CheckResult, Crash, Finding, Severity, Skip
 from strata_doctor.output.text import TextStyle, to_text
 from tests.conftest import HOSTS, run_cli

@@ -18,7 +18,7 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from strata_doctor.cli import run_selected
+from strata_doctor.cli.options import run_selected
 from strata_doctor.fix import apply as applier
 from strata_doctor.fix.apply import ApplyError, apply_plan, revert_last
 from strata_doctor.fix.plan import PlanOptions, build_plan

@@ -80,7 +80,7 @@ def test_oomd_dropin_renders_beside_the_binding(tmp_path: Path) -> None:
     change = FileChange("/etc/systemd/system/strata.service.d/60-strata-doctor-oomd.conf",
                         "oomd-dropin.conf.j2", context_pairs(unit="strata.service", finding="oomd/exposed"))
     oomd = Finding("oomd", "exposed", Severity.ERROR, "", fix=Fix("avoid", files=(change,)))
-    from strata_doctor.cli import run_selected
+    from strata_doctor.cli.options import run_selected
 
     plan = build_plan(ctx, [*run_selected(ctx, (), ()), *_results(oomd)], PlanOptions())
     names = sorted(f.path.rsplit("/", 1)[-1] for f in plan.files)
@@ -91,7 +91,7 @@ def test_oomd_dropin_renders_beside_the_binding(tmp_path: Path) -> None:
 
 def test_reserve_node_refused_on_cgroup_v1(tmp_path: Path) -> None:
     ctx = context_for(make_host(tmp_path, "two-node-243-v1"))
-    from strata_doctor.cli import run_selected
+    from strata_doctor.cli.options import run_selected
 
     plan = build_plan(ctx, run_selected(ctx, (), ()), PlanOptions(reserve_node=True))
     assert any("AllowedCPUs=" in p and "cgroup v1" in p for p in plan.problems)

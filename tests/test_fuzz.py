@@ -172,7 +172,7 @@ def regular_files(root: Path) -> Tuple[List[str], List[str]]:
 def files_read(root: Path) -> List[str]:
     """The regular files a full ``check`` reads on the pristine host, relative and sorted:
     mutating these is what finds crashes."""
-    from strata_doctor.cli import HostOptions, open_host, run_selected
+    from strata_doctor.cli.options import HostOptions, open_host, run_selected
 
     host, ctx = open_host(HostOptions(str(root), None, None, None, None, None))
     run_selected(ctx, (), ())

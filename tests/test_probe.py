@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
 
-from strata_doctor import cli_probe
+from strata_doctor.cli import probe as cli_probe
 from strata_doctor.facts import saved_probe as probe_data
 from strata_doctor.facts.saved_probe import SCHEMA, Cell, ProbeResult
 from strata_doctor.probe import measure as probe

@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional
 import click
 
 from strata_doctor.api import NumaPlan, PlanError, plan_for_context
-from strata_doctor.cli import UsageFailure, host_from_kwargs, host_options, open_host
+from strata_doctor.cli.options import UsageFailure, host_from_kwargs, host_options, open_host
 
 SCHEMA = "strata-doctor/numa-plan/v1"
 

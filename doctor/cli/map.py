@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from strata_doctor.cli import UsageFailure, host_from_kwargs, host_options, open_host
+from strata_doctor.cli.options import UsageFailure, host_from_kwargs, host_options, open_host
 
 
 @click.command("map")

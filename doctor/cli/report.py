@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 import click
 
-from strata_doctor.cli import (
+from strata_doctor.cli.options import (
     FAIL_ON,
     UsageFailure,
     host_from_kwargs,

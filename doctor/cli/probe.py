@@ -14,7 +14,7 @@ from typing import Any, Optional, Tuple
 
 import click
 
-from strata_doctor.cli import UsageFailure
+from strata_doctor.cli.options import UsageFailure
 
 SAVE_ROOT = "/"
 """The root ``--save`` writes under: the live host (tests point it at a temporary tree)."""

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import click
 
-from strata_doctor.cli import (
+from strata_doctor.cli.options import (
     UsageFailure,
     host_from_kwargs,
     host_options,
