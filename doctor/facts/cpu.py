@@ -1,7 +1,5 @@
-"""Typed, immutable facts about a host's NUMA nodes, CPUs and GPUs.
-
-Each reader takes a :class:`~strata_doctor.root.Root`; each parser it uses lives in
-:mod:`strata_doctor.facts.parse` and is tested on strings.
+"""The host's CPUs: vendor and model, their topology from /proc/cpuinfo and sysfs, and the
+instruction sets the kernel gives the engine's experts.
 """
 
 import re

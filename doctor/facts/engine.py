@@ -1,9 +1,9 @@
-"""The engine's settings (from options or YAML) and how it is bound right now.
+"""The engine as the host runs it: its unit (``systemctl show``, and the unit's drop-ins on
+disk for what is configured but not yet in effect), the systemd it runs under, and its
+process (``/proc/PID/status``).
 
-Settings come from ``--arena``-style options over ``/etc/strata-doctor.yaml`` (under the
-root) or ``--config FILE``. The binding comes from the engine unit (``systemctl show``,
-and the unit's drop-ins on disk for what is configured but not yet in effect) and from
-the engine's process (``/proc/PID/status`` and ``/proc/PID/numa_maps``).
+Its settings (``--arena``, ``/etc/strata-doctor.yaml``) are an input, not a fact:
+:mod:`strata_doctor.config`.
 """
 
 import re

@@ -1,6 +1,6 @@
-"""Renderers for check results: text for people, JSON for programs.
+"""Check results as text for people: one line per finding, the tally, and the exit code.
 
-JSON goes to stdout alone; its schema is ``strata-doctor/check/v1`` (docs/json-schema.md).
+The JSON document is :mod:`strata_doctor.output.json`.
 """
 
 from __future__ import annotations

@@ -2,10 +2,7 @@
 
 from typing import NamedTuple, Optional, Tuple
 
-from strata_doctor.facts.gpu import (
-    Gpu,
-    normalize_address,
-)
+from strata_doctor.facts.gpu import Gpu, normalize_address
 from strata_doctor.facts.numa import NumaFacts
 from strata_doctor.facts.parse import format_cpulist
 

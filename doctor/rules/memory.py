@@ -1,12 +1,9 @@
-"""Rules: pure decisions over facts, no I/O and no rendering.
+"""Ordinary memory around the engine's start: what is left after it (:func:`project_memory`)
+and the room the arena has on its node (:func:`arena_headroom`).
 
-What the default hugepage pool does to the engine's next start (:func:`assess_pool`),
-whether a configured pool size resolves it (:func:`pending_pool`, :func:`trap_in_effect`),
-ordinary memory after the start (:func:`project_memory`), whether a pool the arena cannot
-use is the seed's trap or only held-back memory (:func:`assess_trap`) and the engine's
-exposure to systemd-oomd (:func:`assess_exposure`). The NUMA binding plan is in
-:mod:`strata_doctor.rules.binding`. :class:`~strata_doctor.context.HostContext` keeps each
-answer for the host (``ctx.pool_assessment``, ``ctx.exposure``, ``ctx.binding_plan``).
+The pool's arithmetic is :mod:`strata_doctor.rules.pool`, the seed's trap
+:mod:`strata_doctor.rules.trap`; :class:`~strata_doctor.context.HostContext` keeps each
+answer for the host.
 """
 
 from typing import NamedTuple, Optional, Tuple

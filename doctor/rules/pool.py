@@ -1,4 +1,5 @@
-"""The hugepage pool's arithmetic."""
+"""The hugepage pool's arithmetic: what the engine needs from it, what it holds back, and
+what a fix leaves pending."""
 
 import math
 from typing import NamedTuple, Optional

@@ -1,4 +1,6 @@
-"""What the hugepage pool does to the engine's next start."""
+"""The seed's trap: a hugepage pool the arena cannot use, and whether it is only held-back
+memory or the chain to a restart loop (:func:`assess_trap`).
+"""
 
 from typing import NamedTuple, Optional
 
