@@ -7,8 +7,14 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Dict, List, Set, Tuple
 
 import pytest
+
+try:  # Python 3.11+
+    import tomllib
+except ImportError:  # pragma: no cover - Python 3.9 and 3.10
+    tomllib = None  # type: ignore[assignment]
 
 from tests.conftest import HOSTS, REPO
 
@@ -58,3 +64,39 @@ def test_installed_wheel_runs_a_check_with_its_templates(wheel: Path, tmp_path: 
         capture_output=True, text=True, env=env, cwd=tmp_path, check=False,
     )
     assert imported.stdout.startswith(str(target))
+
+
+def _declared_packages() -> Tuple[Dict[str, str], List[str]]:
+    """pyproject's package-dir mapping and its packages list."""
+    with open(REPO / "pyproject.toml", "rb") as f:
+        setuptools = tomllib.load(f)["tool"]["setuptools"]
+    return setuptools["package-dir"], setuptools["packages"]
+
+
+def _folder_packages(package_dir: Dict[str, str]) -> Set[str]:
+    """Every folder with an ``__init__.py`` under the mapped folders, by its import name."""
+    found = set()
+    for name, folder in package_dir.items():
+        top = REPO / folder
+        for init in top.rglob("__init__.py"):
+            rel = init.parent.relative_to(top).parts
+            found.add(".".join((name, *rel)))
+    return found
+
+
+@pytest.mark.skipif(tomllib is None, reason="reading pyproject.toml needs Python 3.11's tomllib")
+def test_every_sub_package_is_declared_so_tools_and_wheels_see_it() -> None:
+    """A folder missing from ``packages`` would be left out of the wheel, the strict editable
+    install, mypy and import-linter: the list and the folders are the same set."""
+    package_dir, packages = _declared_packages()
+    assert _folder_packages(package_dir) == set(packages)
+
+
+def test_the_wheel_holds_every_module_of_every_folder(wheel: Path) -> None:
+    """The wheel has every source file: a module in a folder left out of ``packages`` is not."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    folders = {"doctor": "strata_doctor", "checks": "strata_doctor/checks",
+               "templates": "strata_doctor/templates"}
+    for folder, prefix in folders.items():
+        for module in (REPO / folder).rglob("*.py"):
+            assert f"{prefix}/{module.relative_to(REPO / folder).as_posix()}" in names, module
