@@ -1,6 +1,6 @@
 """Which GPU the engine computes on, and which NUMA node it sits on."""
 
-from typing import NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 from strata_doctor.facts.gpu import Gpu, normalize_address
 from strata_doctor.facts.numa import NumaFacts
@@ -26,6 +26,22 @@ class GpuChoiceError(Exception):
     """``--gpu`` names no display-class function on this host."""
 
 
+class ComputeCandidates(NamedTuple):
+    """The GPUs that may compute, and the management or emulated displays set aside."""
+
+    candidates: Tuple[Gpu, ...]
+    """Functions that are no BMC's or hypervisor's display chip."""
+    left_out: Tuple[Gpu, ...]
+    """BMC and emulated displays: never a compute GPU unless ``--gpu`` names one."""
+
+    @property
+    def aside(self) -> str:
+        """What the reason adds about the displays set aside (empty when none were)."""
+        if not self.left_out:
+            return ""
+        return "; " + ", ".join(f"{g.address} is {g.management}" for g in self.left_out)
+
+
 def choose_compute_gpu(
     gpus: Tuple[Gpu, ...], wanted: Optional[str], named_by: str = "--gpu", setting: str = "--gpu",
 ) -> Tuple[Optional[Gpu], str]:
@@ -33,43 +49,76 @@ def choose_compute_gpu(
     only GPU"); ``named_by`` says who named ``wanted`` (``--gpu``, ``gpu: in FILE``), and
     ``setting`` how an error names it (``--gpu``, ``FILE: gpu:``)."""
     if wanted:
-        address = normalize_address(wanted)
-        for gpu in gpus:
-            if gpu.address == address:
-                return gpu, f"the GPU named by {named_by} ({address})"
-        known = ", ".join(g.address for g in gpus) or "none"
-        raise GpuChoiceError(
-            f"{setting} {wanted}: no display-class PCI function at {address} (found: {known})"
-        )
+        return named_gpu(gpus, wanted, named_by, setting)
     if not gpus:
         return None, "no display-class PCI function found"
-    candidates = [g for g in gpus if g.management is None]
-    if not candidates:
+    split = compute_candidates(gpus)
+    if not split.candidates:
         chips = "; ".join(f"{g.address} ({g.vendor_name} {g.ids}) is {g.management}" for g in gpus)
         return None, f"no compute GPU: {chips}, never a compute GPU unless --gpu names it"
-    left_out = [g for g in gpus if g.management is not None]
-    aside = ("; " + ", ".join(f"{g.address} is {g.management}" for g in left_out)) if left_out else ""
-    if len(candidates) == 1:
-        return candidates[0], ("the only GPU" if not left_out else "the only GPU that is not a "
-                               "management or emulated display") + aside
+    gpu, reason = _pick(split)
+    return gpu, reason + split.aside
+
+
+def named_gpu(gpus: Tuple[Gpu, ...], wanted: str, named_by: str, setting: str) -> Tuple[Gpu, str]:
+    """The GPU that ``--gpu`` or ``gpu:`` names, whatever it is; raises GpuChoiceError when
+    no display-class function sits at that address."""
+    address = normalize_address(wanted)
+    for gpu in gpus:
+        if gpu.address == address:
+            return gpu, f"the GPU named by {named_by} ({address})"
+    known = ", ".join(g.address for g in gpus) or "none"
+    raise GpuChoiceError(
+        f"{setting} {wanted}: no display-class PCI function at {address} (found: {known})"
+    )
+
+
+def compute_candidates(gpus: Tuple[Gpu, ...]) -> ComputeCandidates:
+    """Split the display functions into possible compute GPUs and management displays."""
+    return ComputeCandidates(tuple(g for g in gpus if g.management is None),
+                             tuple(g for g in gpus if g.management is not None))
+
+
+def _pick(split: ComputeCandidates) -> Tuple[Gpu, str]:
+    """The only possible compute GPU, or the best of several."""
+    if len(split.candidates) == 1:
+        return split.candidates[0], ("the only GPU that is not a management or emulated display"
+                                     if split.left_out else "the only GPU")
+    return _among_several(split.candidates)
+
+
+def _among_several(candidates: Tuple[Gpu, ...]) -> Tuple[Gpu, str]:
+    """The one GPU that is not the boot display, else the best of the headless ones (or of
+    all, when every one drives a display)."""
     headless = [g for g in candidates if not g.boot_vga]
-    if len(headless) == 1 and len(candidates) > 1:
+    if len(headless) == 1:
         display = next(g.address for g in candidates if g.boot_vga)
-        return headless[0], f"the GPU that is not the boot display ({display} drives the console)" + aside
-    pool = headless or candidates
+        return headless[0], f"the GPU that is not the boot display ({display} drives the console)"
+    pool = headless or list(candidates)
     if any(g.has_resource for g in pool):
-        best = max(pool, key=lambda g: (g.largest_bar, g.vendor == 0x10DE, [-ord(c) for c in g.address]))
-        ties = [g for g in pool if g.largest_bar == best.largest_bar]
-        if len(ties) == 1:
-            return best, (f"the largest memory BAR ({best.largest_bar // 2**20} MiB) among {len(pool)} "
-                          "GPUs") + aside
-        return best, (f"the first by PCI address of {len(ties)} GPUs with the same largest memory BAR "
-                      f"({best.largest_bar // 2**20} MiB); pass --gpu to choose another") + aside
+        return _largest_bar(pool)
+    return _first_by_address(pool)
+
+
+def _largest_bar(pool: List[Gpu]) -> Tuple[Gpu, str]:
+    """The GPU with the largest memory BAR (NVIDIA, then the lower address, breaks ties)."""
+    best = max(pool, key=lambda g: (g.largest_bar, g.vendor == 0x10DE, [-ord(c) for c in g.address]))
+    ties = [g for g in pool if g.largest_bar == best.largest_bar]
+    mib = best.largest_bar // 2**20
+    if len(ties) == 1:
+        return best, f"the largest memory BAR ({mib} MiB) among {len(pool)} GPUs"
+    return best, (f"the first by PCI address of {len(ties)} GPUs with the same largest memory BAR "
+                  f"({mib} MiB); pass --gpu to choose another")
+
+
+def _first_by_address(pool: List[Gpu]) -> Tuple[Gpu, str]:
+    """Without resource files: the first NVIDIA GPU by PCI address, else the first GPU."""
     nvidia = [g for g in pool if g.vendor == 0x10DE]
-    first = min(nvidia or pool, key=lambda g: g.address)
+    among = nvidia or pool
     kind = "NVIDIA GPUs" if nvidia and len(nvidia) < len(pool) else "GPUs"
-    return first, (f"the first by PCI address of {len(nvidia or pool)} {kind} (no resource file "
-                   "gives their memory BARs); pass --gpu to choose another") + aside
+    return min(among, key=lambda g: g.address), (
+        f"the first by PCI address of {len(among)} {kind} (no resource file gives their memory "
+        "BARs); pass --gpu to choose another")
 
 
 def place_gpu(gpu: Gpu, numa: NumaFacts) -> Tuple[Optional[int], str, Optional[str]]:
