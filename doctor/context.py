@@ -226,7 +226,7 @@ class HostContext:
     @cached_property
     def oomd(self) -> OomdFacts:
         """systemd-oomd and the engine's cgroup under it."""
-        return read_oomd(self.root, self.unit, self.engine_pid, self.processes, detect_container(self.root))
+        return read_oomd(self.root, self.unit, self.engine_pid, detect_container(self.root))
 
     @cached_property
     def oomd_active(self) -> str:

@@ -500,7 +500,7 @@ def test_prometheus_procfs_snapshot(tmp_path: Path) -> None:
     assert facts.nr_overcommit == int((base / "proc/sys/vm/nr_overcommit_hugepages").read_text())
     assert facts.mem("HugePages_Total") == 0 and facts.default_size == 2 * MIB
     assert facts.default_pool is not None and facts.default_pool.total == 0
-    oomd = read_oomd(root, UnitState("strata.service", (), False, "not captured"), None, read_processes(root))
+    oomd = read_oomd(root, UnitState("strata.service", (), False, "not captured"), None)
     some, full = oomd.pressure_of("some"), oomd.pressure_of("full")
     assert some is not None and full is not None
     assert (some.avg10, some.avg60, some.avg300, some.total) == (0.10, 2.00, 3.85, 15)
