@@ -76,31 +76,55 @@ def plan_for(
     node = numa.node(target) if target is not None else None
     if node is None or len(numa.cpu_nodes) < 2:
         return None
-    reasons: List[str] = []
     cpu_node = nearest_cpu_node(numa, node)
     if cpu_node is None:
         return None
+    reasons: List[str] = []
     if cpu_node.id != node.id:
         reasons.append(
             f"node {node.id} has no CPUs; the pool runs on the nearest CPU node {cpu_node.id}"
         )
     mem_nodes = frozenset({node.id}) if node.has_memory else frozenset({cpu_node.id})
-    policy = "preferred"
+    spread = socket_spread(numa, node.id, cpu_node, mem_nodes, config, kernel_release)
+    if spread is None:
+        cpu_nodes = frozenset({cpu_node.id})
+        return BindingPlan(mem_nodes, cpu_nodes, cpus_of(numa, cpu_nodes), "preferred", tuple(reasons))
+    reasons.append(spread.reason)
+    return BindingPlan(spread.nodes, spread.nodes, cpus_of(numa, spread.nodes), spread.policy,
+                       tuple(reasons))
+
+
+class SocketSpread(NamedTuple):
+    """The socket's nodes the arena spreads over when one node cannot hold it."""
+
+    nodes: FrozenSet[int]
+    """The sub-nodes of the socket (SNC/NPS), the target among them."""
+    policy: str
+    """``preferred-many`` (Linux 5.15+), else ``interleave``."""
+    reason: str
+    """The plan's line for this decision."""
+
+
+def socket_spread(
+    numa: NumaFacts, target: int, cpu_node: NumaNode, mem_nodes: FrozenSet[int],
+    config: EngineConfig, kernel_release: Callable[[], Optional[str]],
+) -> Optional[SocketSpread]:
+    """The socket's nodes when the arena and its headroom do not fit ``mem_nodes`` and the
+    socket has sub-nodes; None when the arena fits, has no size, or the socket is one node."""
     need = config.pinned_bytes
-    if need is not None and need + config.headroom_bytes > _total(numa, mem_nodes):
-        siblings = socket_siblings(numa, cpu_node)
-        if len(siblings) > 1:
-            mem_nodes = siblings
-            many = kernel_at_least(kernel_release(), 5, 15)
-            policy = "preferred-many" if many else "interleave"
-            reasons.append(
-                f"the arena does not fit node {node.id} alone; node {node.id} shares its socket "
-                f"with node(s) {','.join(str(n) for n in sorted(siblings - {node.id}))}, so the "
-                f"plan uses the socket's nodes ({policy}"
-                + (", Linux 5.15+)" if many else "; preferred-many needs Linux 5.15+)")
-            )
-    cpu_nodes = mem_nodes if policy != "preferred" else frozenset({cpu_node.id})
-    return BindingPlan(mem_nodes, cpu_nodes, cpus_of(numa, cpu_nodes), policy, tuple(reasons))
+    if need is None or need + config.headroom_bytes <= _total(numa, mem_nodes):
+        return None
+    siblings = socket_siblings(numa, cpu_node)
+    if len(siblings) < 2:
+        return None
+    many = kernel_at_least(kernel_release(), 5, 15)
+    policy = "preferred-many" if many else "interleave"
+    return SocketSpread(siblings, policy, (
+        f"the arena does not fit node {target} alone; node {target} shares its socket "
+        f"with node(s) {','.join(str(n) for n in sorted(siblings - {target}))}, so the "
+        f"plan uses the socket's nodes ({policy}"
+        + (", Linux 5.15+)" if many else "; preferred-many needs Linux 5.15+)")
+    ))
 
 
 def cpus_of(numa: NumaFacts, nodes: FrozenSet[int]) -> FrozenSet[int]:
@@ -154,17 +178,32 @@ def _process_follows(
     proc: EngineProcess, plan: BindingPlan, evidence: List[Tuple[str, str]]
 ) -> Tuple[bool, Optional[str]]:
     evidence.append((f"/proc/{proc.pid}/status", f"Cpus_allowed_list: {format_cpulist(proc.cpus_allowed)}"))
-    total = proc.resident_bytes
-    local = sum(proc.bytes_on(n) for n in plan.mem_nodes)
     spread = ", ".join(f"N{n}={size / 2**30:.2f} GiB" for n, size in proc.memory_by_node)
     evidence.append((f"/proc/{proc.pid}/numa_maps", spread or "no pages"))
-    cpus_ok = bool(proc.cpus_allowed) and proc.cpus_allowed <= plan.cpus
-    preferred = any(_policy_nodes(p) <= plan.mem_nodes and _policy_nodes(p)
-                    for p, size in proc.policies if size * 2 >= total > 0)
-    mem_ok = preferred or (total > 0 and local * 10 >= total * 9)
-    if cpus_ok and mem_ok:
+    if _cpus_follow(proc.cpus_allowed, plan) and _pages_follow(proc, plan):
         return True, None
     return False, _elsewhere(proc.cpus_allowed, plan)
+
+
+def _pages_follow(proc: EngineProcess, plan: BindingPlan) -> bool:
+    """Whether most of the engine's memory is under a policy of the planned nodes, or at
+    least 90% of its pages lie on them."""
+    total = proc.resident_bytes
+    if total <= 0:
+        return False
+    preferred = any(_policy_nodes(p) <= plan.mem_nodes and _policy_nodes(p)
+                    for p, size in proc.policies if size * 2 >= total)
+    return preferred or sum(proc.bytes_on(n) for n in plan.mem_nodes) * 10 >= total * 9
+
+
+def _cpus_follow(cpus: FrozenSet[int], plan: BindingPlan) -> bool:
+    """Whether a CPU set is given and lies within the plan's CPUs."""
+    return bool(cpus) and cpus <= plan.cpus
+
+
+def _policy_follows(policy: Optional[str], mask: FrozenSet[int], plan: BindingPlan) -> bool:
+    """Whether a systemd ``NUMAPolicy=``/``NUMAMask=`` keeps memory on the planned nodes."""
+    return policy in ("preferred", "bind", "interleave") and bool(mask) and mask <= plan.mem_nodes
 
 
 def _policy_nodes(policy: str) -> FrozenSet[int]:
@@ -192,15 +231,9 @@ def _unit_follows(
          f"NUMAPolicy={policy} NUMAMask={mask} CPUAffinity={unit.get('CPUAffinity')} "
          f"AllowedCPUs={unit.get('AllowedCPUs')}")
     )
-    mask_nodes = parse_cpulist(",".join(mask.split()))
-    mem_ok = (
-        policy in ("preferred", "bind", "interleave")
-        and bool(mask_nodes)
-        and mask_nodes <= plan.mem_nodes
-    )
+    mem_ok = _policy_follows(policy, parse_cpulist(",".join(mask.split())), plan)
     cpu_set = affinity or allowed
-    cpus_ok = bool(cpu_set) and cpu_set <= plan.cpus
-    return cpus_ok and mem_ok, _elsewhere(cpu_set, plan)
+    return _cpus_follow(cpu_set, plan) and mem_ok, _elsewhere(cpu_set, plan)
 
 
 def _files_follow(
@@ -208,23 +241,25 @@ def _files_follow(
 ) -> bool:
     if files.exec_numactl:
         evidence.append(("ExecStart", files.exec_numactl))
-        words = files.exec_numactl.split()
-        mems = plan.nodes_text
-        if files.exec_numactl == "strata-numa" or (
-            any(w in (f"--preferred={mems}", f"--preferred-many={mems}", f"--interleave={mems}")
-                for w in words)
-            and any(w.startswith("--cpunodebind=") for w in words)
-        ):
+        if _numactl_follows(files.exec_numactl, plan):
             return True
     if not files.files:
         return False
-    mem_ok = files.numa_policy in ("preferred", "bind", "interleave") and bool(
-        files.numa_mask) and files.numa_mask <= plan.mem_nodes
-    cpu_set = files.cpu_affinity or files.allowed_cpus
-    cpus_ok = bool(cpu_set) and cpu_set <= plan.cpus
+    mem_ok = _policy_follows(files.numa_policy, files.numa_mask, plan)
+    cpus_ok = _cpus_follow(files.cpu_affinity or files.allowed_cpus, plan)
     if mem_ok or cpus_ok:
-            evidence.append(
+        evidence.append(
             (files.files[-1], f"NUMAPolicy={files.numa_policy} NUMAMask="
              f"{format_cpulist(files.numa_mask)} CPUAffinity={format_cpulist(files.cpu_affinity)}")
         )
     return mem_ok and cpus_ok
+
+
+def _numactl_follows(exec_numactl: str, plan: BindingPlan) -> bool:
+    """Whether ``ExecStart=``'s numactl prefix (or strata-numa) binds as planned."""
+    if exec_numactl == "strata-numa":
+        return True
+    words = exec_numactl.split()
+    mems = plan.nodes_text
+    wanted = (f"--preferred={mems}", f"--preferred-many={mems}", f"--interleave={mems}")
+    return any(w in wanted for w in words) and any(w.startswith("--cpunodebind=") for w in words)
