@@ -6,8 +6,9 @@ from typing import Iterator, List, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.facts.cpu import XCOMP_AMX, XCOMP_AVX512, model_isa
+from strata_doctor.facts.cpu import KernelIsa
 from strata_doctor.model import Evidence, Finding, Severity
+from strata_doctor.rules.isa import Withheld, isa_the_cpu_has, usable_isa, withheld_isa
 
 XCOMP = "arch_prctl-xcomp"
 
@@ -41,84 +42,67 @@ class CpuIsa(Check):
         cpu = ctx.cpu
         model = cpu.model or "unknown CPU"
         withheld, evidence_more = _withheld(ctx)
-        hidden = tuple("amx" if w == "amx_tile" else "avx512" for w, _ in withheld)
-        isa = tuple(i for i in cpu.expert_isa if not i.startswith(hidden or ("-",)))
         evidence = (Evidence("/proc/cpuinfo", f"model name: {model}; expert ISA: "
                              f"{' '.join(cpu.expert_isa) or 'none'}"), *evidence_more)
-        for feature, why in withheld:
-            yield self.finding(
-                "kernel-withholds", Severity.WARNING,
-                f"{model} has {feature.upper().replace('_TILE', '').replace('512F', '-512')} but the "
-                f"kernel will not give it: {why}",
-                detail="The expert kernels pick their code path by what the kernel lets a process use; "
-                "what it withholds runs as the next slower path. "
-                + ("AMX needs Linux 5.16 or later (ARCH_REQ_XCOMP_PERM); upgrade the kernel (Ubuntu "
-                   "22.04's HWE kernel is 6.x) or use a distribution kernel that backports it."
-                   if feature == "amx_tile" else
-                   "Remove the boot option that hides it, or let the hypervisor pass it through "
-                   "(host CPU model or `host-passthrough`)."),
-                evidence=evidence,
-            )
-        if not cpu.flags:
-            yield self.finding(
-                "unknown", Severity.INFO, "/proc/cpuinfo lists no CPU flags", evidence=evidence
-            )
-        elif "avx2" not in isa:
-            yield self.finding(
+        for item in withheld:
+            yield self._withholds(model, item, evidence)
+        yield self._isa(ctx, model, usable_isa(cpu.expert_isa, withheld), evidence)
+
+    def _withholds(self, model: str, item: Withheld, evidence: Tuple[Evidence, ...]) -> Finding:
+        feature = item.feature
+        return self.finding(
+            "kernel-withholds", Severity.WARNING,
+            f"{model} has {feature.upper().replace('_TILE', '').replace('512F', '-512')} but the "
+            f"kernel will not give it: {item.why}",
+            detail="The expert kernels pick their code path by what the kernel lets a process use; "
+            "what it withholds runs as the next slower path. "
+            + ("AMX needs Linux 5.16 or later (ARCH_REQ_XCOMP_PERM); upgrade the kernel (Ubuntu "
+               "22.04's HWE kernel is 6.x) or use a distribution kernel that backports it."
+               if feature == "amx_tile" else
+               "Remove the boot option that hides it, or let the hypervisor pass it through "
+               "(host CPU model or `host-passthrough`)."),
+            evidence=evidence,
+        )
+
+    def _isa(self, ctx: HostContext, model: str, isa: Tuple[str, ...],
+             evidence: Tuple[Evidence, ...]) -> Finding:
+        if not ctx.cpu.flags:
+            return self.finding("unknown", Severity.INFO, "/proc/cpuinfo lists no CPU flags",
+                                evidence=evidence)
+        if "avx2" not in isa:
+            return self.finding(
                 "no-avx2", Severity.WARNING,
                 f"{model} has no AVX2: expert kernels fall back to slow generic code",
                 evidence=evidence,
             )
-        else:
-            missing = [f for f in ("avx512f", "amx_tile") if f not in isa]
-            note = f" (no {', no '.join(m.upper().replace('_TILE', '') for m in missing)})" if missing else ""
-            yield self.finding(
-                "isa", Severity.INFO,
-                f"{model}: expert kernels can use {', '.join(i.upper() for i in isa)}{note}",
-                evidence=evidence,
-            )
+        missing = [f for f in ("avx512f", "amx_tile") if f not in isa]
+        note = f" (no {', no '.join(m.upper().replace('_TILE', '') for m in missing)})" if missing else ""
+        return self.finding(
+            "isa", Severity.INFO,
+            f"{model}: expert kernels can use {', '.join(i.upper() for i in isa)}{note}",
+            evidence=evidence,
+        )
 
 
-def _withheld(ctx: HostContext) -> Tuple[List[Tuple[str, str]], List[Evidence]]:
-    """(feature, why) for AVX-512 and AMX that the CPU has and the kernel withholds."""
-    cpu = ctx.cpu
-    known = model_isa(cpu.vendor_family_model)
-    has = set(known[1]) if known else set()
-    has |= {f for f in ("avx512f", "amx_tile") if f in cpu.flags}
+def _withheld(ctx: HostContext) -> Tuple[Tuple[Withheld, ...], List[Evidence]]:
+    """What the kernel withholds of AVX-512 and AMX, and the kernel's values it rests on;
+    the kernel is asked only when the CPU has either."""
+    has = isa_the_cpu_has(ctx.cpu)
     if not has:
-        return [], []  # nothing to withhold: the kernel is not asked
+        return (), []  # nothing to withhold: the kernel is not asked
     kernel = ctx.kernel_isa
-    release = kernel.release or "unknown"
+    return withheld_isa(ctx.cpu, kernel, has), _kernel_evidence(kernel)
+
+
+def _kernel_evidence(kernel: KernelIsa) -> List[Evidence]:
+    """The release, arch_prctl's answers and the boot options that hide vector state."""
     evidence: List[Evidence] = []
     if kernel.release:
-        evidence.append(Evidence("/proc/sys/kernel/osrelease", release))
+        evidence.append(Evidence("/proc/sys/kernel/osrelease", kernel.release))
     if kernel.amx_request is not None or kernel.xcomp_supported is not None:
         mask = f"{kernel.xcomp_supported:#x}" if kernel.xcomp_supported is not None else "refused"
         evidence.append(Evidence(XCOMP, f"ARCH_GET_XCOMP_SUPP {mask}; ARCH_REQ_XCOMP_PERM XTILEDATA "
                                  f"{kernel.amx_request or 'not asked'}"))
     if kernel.hidden_by_cmdline:
         evidence.append(Evidence("/proc/cmdline", " ".join(kernel.hidden_by_cmdline)))
-    name = f" ({known[0]})" if known else ""
-    found: List[Tuple[str, str]] = []
-    if "avx512f" in has:
-        if kernel.xcomp_supported is not None and kernel.xcomp_supported & XCOMP_AVX512 != XCOMP_AVX512:
-            found.append(("avx512f", f"the kernel enables no AVX-512 state (XSAVE components "
-                                     f"{kernel.xcomp_supported:#x} lack 5-7)"))
-        elif "avx512f" not in cpu.flags:
-            found.append(("avx512f", f"this CPU model{name} has it, but /proc/cpuinfo does not list avx512f"
-                          + (f" (the kernel boots with {' '.join(kernel.hidden_by_cmdline)})"
-                             if kernel.hidden_by_cmdline else " (a boot option or the hypervisor hides it)")))
-    if "amx_tile" in has:
-        if kernel.amx_request is not None and kernel.amx_request != "ok":
-            found.append(("amx_tile", f"arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) failed with "
-                                      f"{kernel.amx_request} on Linux {release}"))
-        elif kernel.amx_request is None and kernel.before(5, 16) and not kernel.amx_backported:
-            found.append(("amx_tile", f"Linux {release} is older than 5.16, the first with AMX "
-                                      "(arch_prctl ARCH_REQ_XCOMP_PERM)"))
-        elif kernel.amx_request == "ok" and kernel.xcomp_supported is not None and \
-                kernel.xcomp_supported & XCOMP_AMX != XCOMP_AMX:
-            found.append(("amx_tile", "the kernel grants no AMX tile state"))
-        elif kernel.amx_request is None and "amx_tile" not in cpu.flags:
-            found.append(("amx_tile", f"this CPU model{name} has it, but /proc/cpuinfo does not list "
-                          "amx_tile (a boot option or the hypervisor hides it)"))
-    return found, evidence
+    return evidence
