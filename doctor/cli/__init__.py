@@ -67,16 +67,13 @@ READ_ONLY_COMMANDS = frozenset({"check", "list-checks", "numa-plan"})
 def run() -> None:
     """The ``strata-doctor`` console script: :func:`main`, then a quick exit after the
     commands that only read."""
-    for name in ("stdout", "stderr"):
-        if getattr(sys, name) is None:  # started with it closed: its output goes nowhere
-            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - kept open to the end
-    for stream in (sys.stdout, sys.stderr):
-        _fit_encoding(stream)
+    _usable_streams()
     command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
     read_only = command in READ_ONLY_COMMANDS
     if read_only:
         # A short run that makes no reference cycles worth collecting: the collector's
-        # passes over a large host's thousands of new objects cost more than they free.
+        # passes over a large host's thousands of new objects cost more than they free
+        # (docs/performance.md measures both this and the quick exit).
         import gc
 
         gc.disable()
@@ -90,6 +87,15 @@ def run() -> None:
     if read_only and isinstance(code, int) and _alone():
         _leave_now(code)
     sys.exit(code)
+
+
+def _usable_streams() -> None:
+    """Standard output and error that can be written, in an encoding that takes the marks."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:  # started with it closed: its output goes nowhere
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115 - kept open to the end
+    for stream in (sys.stdout, sys.stderr):
+        _fit_encoding(stream)
 
 
 def _fit_encoding(stream: Any) -> None:

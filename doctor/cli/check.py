@@ -1,7 +1,9 @@
 """strata-doctor check and list-checks."""
 
+from __future__ import annotations
+
 import sys
-from typing import Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 import click
 
@@ -15,7 +17,10 @@ from strata_doctor.cli.options import (
     run_selected,
     use_color,
 )
-from strata_doctor.model import Severity
+from strata_doctor.model import CheckResult, Severity
+
+if TYPE_CHECKING:
+    from strata_doctor.context import HostContext
 
 
 @click.command("check")
@@ -36,19 +41,9 @@ from strata_doctor.model import Severity
 def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], ignore: Tuple[str, ...],
                   fail_on: str, verbose: bool, quiet: bool, **kwargs: Any) -> None:
     """Check this host (or a captured one) for the engine; exit 1 when not ready."""
-    from strata_doctor.output import json as render_json
     from strata_doctor.output import text as render
 
-    if output and fmt not in ("prometheus", "nfd"):
-        raise UsageFailure("--output is for --format prometheus or nfd")
-    if output:
-        from strata_doctor.output.files import OutputError, check_path, is_stdout
-
-        try:
-            check_path(output)
-        except OutputError as exc:
-            raise UsageFailure(f"--output {exc}") from None
-        output = None if is_stdout(output) else output
+    output = _fleet_output(output, fmt)
     options = host_from_kwargs(kwargs)
     known_ids(ignore, "--ignore")
     _, ctx = open_host(options)
@@ -56,14 +51,10 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
     threshold = Severity.parse(fail_on)
     code = render.exit_code(results, threshold)
     if fmt in ("prometheus", "nfd"):
-        from strata_doctor.output import fleet as render_fleet
-
-        if output is None:
-            render_fleet.emit(fmt, ctx, results, code, None)
-        else:
-            _write_fleet_file(output, render_fleet.to_prometheus(ctx, results, code) if fmt == "prometheus"
-                              else render_fleet.to_nfd(ctx, results, code))
+        _emit_fleet(fmt, output, ctx, results, code)
     elif fmt == "json":
+        from strata_doctor.output import json as render_json
+
         click.echo(render_json.to_json(ctx, results, code), nl=False)
     elif quiet:
         for line in render.quiet_lines(results, threshold):
@@ -71,6 +62,34 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
     else:
         click.echo(render.to_text(results, code, render.TextStyle(use_color()), verbose), nl=False)
     sys.exit(code)
+
+
+def _fleet_output(output: Optional[str], fmt: str) -> Optional[str]:
+    """The file ``--output`` names, checked before any work (None: standard output)."""
+    if not output:
+        return None
+    if fmt not in ("prometheus", "nfd"):
+        raise UsageFailure("--output is for --format prometheus or nfd")
+    from strata_doctor.output.files import OutputError, check_path, is_stdout
+
+    try:
+        check_path(output)
+    except OutputError as exc:
+        raise UsageFailure(f"--output {exc}") from None
+    return None if is_stdout(output) else output
+
+
+def _emit_fleet(fmt: str, output: Optional[str], ctx: HostContext, results: List[CheckResult],
+                code: int) -> None:
+    """A Prometheus textfile or node-feature-discovery labels, on standard output or in a file."""
+    from strata_doctor.output import fleet as render_fleet
+
+    if output is None:
+        render_fleet.emit(fmt, ctx, results, code, None)
+    elif fmt == "prometheus":
+        _write_fleet_file(output, render_fleet.to_prometheus(ctx, results, code))
+    else:
+        _write_fleet_file(output, render_fleet.to_nfd(ctx, results, code))
 
 
 def _write_fleet_file(path: str, text: str) -> None:

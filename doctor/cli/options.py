@@ -3,9 +3,27 @@
 import os
 import re
 import sys
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+)
 
 import click
+
+if TYPE_CHECKING:  # imported where used: --help and usage errors never load the host's layers
+    from strata_doctor.check import Check
+    from strata_doctor.context import HostContext
+    from strata_doctor.model import CheckResult, Crash
+    from strata_doctor.root import Root
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,12 +84,22 @@ class UsageFailure(click.ClickException):
         click.echo(f"strata-doctor: error: {self.format_message()}", err=True)
 
 
-def open_host(options: HostOptions) -> Tuple[Any, Any]:
+def open_host(options: HostOptions) -> Tuple["Root", "HostContext"]:
     """Build the Root and HostContext for the options; errors become exit 2."""
-    from strata_doctor.config import ConfigError, apply_settings, load_config
-    from strata_doctor.context import HostContext
-    from strata_doctor.root import Root
+    from strata_doctor.config import ConfigError
     from strata_doctor.rules.gpu import GpuChoiceError
+
+    root = _open_root(options)
+    try:
+        ctx = _open_context(root, options)
+    except (ConfigError, GpuChoiceError) as exc:
+        raise UsageFailure(str(exc)) from None
+    return root, ctx
+
+
+def _open_root(options: HostOptions) -> "Root":
+    """The host the options name: this one, a captured tree, or an unpacked bundle."""
+    from strata_doctor.root import Root
 
     path = options.root
     if options.bundle and options.root not in ("/", ""):
@@ -83,20 +111,26 @@ def open_host(options: HostOptions) -> Tuple[Any, Any]:
     root = Root(path)
     if not root.live:
         _looks_like_a_host(root, options.bundle or path)
-    try:
-        config = load_config(root, options.config)
-        config = apply_settings(
-            config,
-            {"arena": options.arena, "kv": options.kv, "unit": options.unit, "gpu": options.gpu},
-            "command line",
-        )
-        ctx = HostContext(root, config)
-        known_node(ctx, ctx.config.numa, f"{config.source or 'config'}: numa:")
-        if ctx.gpu_choice:
-            _ = ctx.placement  # validate --gpu now, as a usage error
-    except (ConfigError, GpuChoiceError) as exc:
-        raise UsageFailure(str(exc)) from None
-    return root, ctx
+    return root
+
+
+def _open_context(root: "Root", options: HostOptions) -> "HostContext":
+    """The host's context under the config and the options over it; a node or GPU the host
+    lacks is refused now, as a usage error, rather than in the middle of a check."""
+    from strata_doctor.config import apply_settings, load_config
+    from strata_doctor.context import HostContext
+
+    config = load_config(root, options.config)
+    config = apply_settings(
+        config,
+        {"arena": options.arena, "kv": options.kv, "unit": options.unit, "gpu": options.gpu},
+        "command line",
+    )
+    ctx = HostContext(root, config)
+    known_node(ctx, ctx.config.numa, f"{config.source or 'config'}: numa:")
+    if ctx.gpu_choice:
+        _ = ctx.placement  # validate --gpu now, as a usage error
+    return ctx
 
 
 PCI_ADDRESS = re.compile(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
@@ -106,7 +140,7 @@ PCI_ADDRESS = re.compile(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[
 HOST_MARKS = ("/sys/devices/system/node", "/sys/devices/system/cpu", "/proc/meminfo")
 
 
-def _looks_like_a_host(root: Any, shown: str) -> None:
+def _looks_like_a_host(root: "Root", shown: str) -> None:
     """A tree with none of ``sys/devices/system/node``, ``sys/devices/system/cpu`` (a kernel
     without NUMA) and ``proc/meminfo`` is no host (exit 2)."""
     if not any(root.path(p).exists() for p in HOST_MARKS):
@@ -114,7 +148,7 @@ def _looks_like_a_host(root: Any, shown: str) -> None:
                            f"{', '.join(p.lstrip('/') for p in HOST_MARKS)}")
 
 
-def known_node(ctx: Any, numa: str, source: str) -> None:
+def known_node(ctx: "HostContext", numa: str, source: str) -> None:
     """A node id the host lacks is a usage error, said as ``numa-plan`` says it."""
     if numa.isdigit() and ctx.numa.node(int(numa)) is None:
         known = ",".join(str(n.id) for n in ctx.numa.nodes) or "none"
@@ -139,7 +173,8 @@ def _unpack_bundle(path: str) -> str:
     import tarfile
     import zlib
 
-    from strata_doctor.output.bundle import TOP, unpack  # tarfile and gzip only when replaying a bundle
+    from strata_doctor.output.bundle import TOP
+    from strata_doctor.output.bundle_replay import unpack  # tarfile and gzip only when replaying a bundle
 
     if not os.path.lexists(path):
         raise UsageFailure(f"--bundle {path}: no such file")
@@ -164,7 +199,7 @@ def use_color(stream: Any = None) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)())
 
 
-def select_checks(ids: Sequence[str]) -> Tuple[List[Any], List[Any]]:
+def select_checks(ids: Sequence[str]) -> Tuple[List[Type["Check"]], List["Crash"]]:
     """The checks to run (all when ``ids`` is empty); unknown ids are a usage error."""
     from strata_doctor.registry import all_checks
 
@@ -178,7 +213,7 @@ def select_checks(ids: Sequence[str]) -> Tuple[List[Any], List[Any]]:
     return [known[i] for i in ids], [c for c in failed if c.check in ids]
 
 
-def run_selected(ctx: Any, ids: Sequence[str], ignore: Sequence[str]) -> List[Any]:
+def run_selected(ctx: "HostContext", ids: Sequence[str], ignore: Sequence[str]) -> List["CheckResult"]:
     """Run the selected checks; plug-ins that failed to load become crashed rows."""
     from strata_doctor.model import CheckResult
     from strata_doctor.registry import run_checks
