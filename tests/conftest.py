@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Union
 
 import pytest
 from click.testing import CliRunner, Result
@@ -25,14 +25,19 @@ HOSTS = REPO / "tests" / "fixtures" / "hosts"
 SHARED = REPO.parent / "shared"
 
 
+def copy_host(host: Union[str, Path], dest: Path) -> Path:
+    """A copy at ``dest`` of a host tree to write into, its links kept as links: a fixture
+    host by name (the test skips when tests/fixtures/hosts lacks it), or any tree."""
+    source = HOSTS / host if isinstance(host, str) else host
+    if not source.is_dir():
+        pytest.skip(f"{source.relative_to(REPO) if source.is_relative_to(REPO) else source} is missing")
+    shutil.copytree(source, dest, symlinks=True)
+    return dest
+
+
 def seed_copy(tmp_path: Path) -> Path:
-    """A copy of the seed-box fixture (links kept as links) to write into."""
-    seed = HOSTS / "seed-box"
-    if not seed.is_dir():
-        pytest.skip("tests/fixtures/hosts/seed-box is missing")
-    tree = tmp_path / "tree"
-    shutil.copytree(seed, tree, symlinks=True)
-    return tree
+    """A copy of the seed-box fixture at ``tmp_path/tree``."""
+    return copy_host("seed-box", tmp_path / "tree")
 
 
 def write_tree(base: Path, files: Dict[str, str]) -> Path:

@@ -8,15 +8,15 @@ import io
 import json
 import os
 import re
-import shutil
 import tarfile
 from pathlib import Path
 from typing import Any, Dict
 
 import pytest
 
-from strata_doctor.output.bundle import TOP, unpack
-from tests.conftest import HOSTS, run_cli, two_node_files, write_tree
+from strata_doctor.output.bundle import TOP
+from strata_doctor.output.bundle_replay import unpack
+from tests.conftest import copy_host, run_cli, two_node_files, write_tree
 from tests.test_report import archive_views, planted_files
 
 
@@ -297,7 +297,7 @@ def test_command_line_secrets_are_masked_without_redaction_too(tmp_path: Path) -
 
 
 def test_passwd_loses_its_gecos_field(tmp_path: Path) -> None:
-    root = Path(shutil.copytree(HOSTS / "hugetlbfs-orphans", tmp_path / "h", symlinks=True))
+    root = copy_host("hugetlbfs-orphans", tmp_path / "h")
     passwd = root / "etc/passwd"
     gecos = "Maria Kowalski,Room 12,555-0199"
     passwd.write_text(passwd.read_text().replace("Strata inference engine", gecos))

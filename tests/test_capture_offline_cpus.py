@@ -6,7 +6,6 @@ make of it, and that lstopo reads the same tree the same way."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any, Dict
 
@@ -15,7 +14,7 @@ import pytest
 from strata_doctor.facts.gpu import read_gpus
 from strata_doctor.facts.numa import read_numa
 from strata_doctor.root import Root
-from tests.conftest import HOSTS, run_cli
+from tests.conftest import HOSTS, copy_host, run_cli
 from tests.corpus import LSTOPO, run_lstopo
 
 HOST = HOSTS / "capture-offline-cpus"
@@ -92,8 +91,7 @@ def test_the_binding_uses_only_online_cpus(data: Dict[str, Any], tmp_path: Path)
     assert "Binding keeps 4 of 8 cores (4 of 12 CPUs: 4-7)" in unbound["detail"]
     workers = finding(data, "expert-workers", "fits")
     assert "fits node 1's 4 physical cores (4 CPUs: 4-7)" in workers["summary"]
-    copy = tmp_path / "host"
-    shutil.copytree(HOST, copy, symlinks=True)
+    copy = copy_host(HOST, tmp_path / "host")
     applied = run_cli(["fix", "--root", str(copy), "--apply", "--only", "numa-binding"])
     assert applied.exit_code in (0, 1), applied.stdout + applied.stderr
     dropin = (copy / "etc/systemd/system/strata.service.d/60-strata-doctor-numa.conf").read_text()

@@ -9,14 +9,13 @@ terms add up, and arena-fit's pass and failure in one sentence shape.
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 from typing import List
 
 import pytest
 
 from strata_doctor.facts.gpu import PcieLink, speed_text
-from tests.conftest import HOSTS, check_json, findings_of, run_cli, seed_copy
+from tests.conftest import HOSTS, check_json, copy_host, findings_of, run_cli, seed_copy
 
 GIB = r"(-?[0-9][0-9,]*\.[0-9]{2}) GiB"
 
@@ -82,8 +81,7 @@ def test_gpu_named_by_the_option_says_so() -> None:
 
 
 def test_a_config_gpu_that_is_not_there_names_the_config_not_the_option(tmp_path: Path) -> None:
-    tree = tmp_path / "host"
-    shutil.copytree(HOSTS / "desktop-1s", tree, symlinks=True)
+    tree = copy_host("desktop-1s", tmp_path / "host")
     config = tree / "etc" / "strata-doctor.yaml"
     config.write_text(config.read_text().replace("0000:01:00.0", "0000:05:00.0"))
     result = run_cli(["check", "--root", str(tree)])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,15 +15,11 @@ import pytest
 from strata_doctor.cli.options import use_color
 from strata_doctor.model import CheckResult, Crash, Finding, Severity, Skip
 from strata_doctor.output.text import TextStyle, to_text
-from tests.conftest import HOSTS, run_cli
+from tests.conftest import copy_host, run_cli
 
 
 def _host(tmp_path: Path, name: str) -> Path:
-    if not (HOSTS / name).is_dir():
-        pytest.skip(f"tests/fixtures/hosts/{name} is missing")
-    tree = tmp_path / name
-    shutil.copytree(HOSTS / name, tree, symlinks=True)
-    return tree
+    return copy_host(name, tmp_path / name)
 
 
 # -- check: the tally ----------------------------------------------------------------------

@@ -12,7 +12,6 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -20,9 +19,12 @@ import pytest
 
 from strata_doctor.cli.options import run_selected
 from strata_doctor.fix import apply as applier
-from strata_doctor.fix.apply import ApplyError, apply_plan, revert_last
+from strata_doctor.fix import steps as writer_steps
+from strata_doctor.fix.apply import apply_plan
 from strata_doctor.fix.plan import PlanOptions, build_plan
-from tests.conftest import HOSTS, PREFLIGHT_SCRIPT, REPO, compare_golden, run_cli
+from strata_doctor.fix.revert import revert_last
+from strata_doctor.fix.steps import ApplyError
+from tests.conftest import HOSTS, PREFLIGHT_SCRIPT, REPO, compare_golden, copy_host, run_cli
 from tests.test_fix_hosts import SYNTHETIC, Entry, context_for, make_host, snapshot
 
 GOLDEN = REPO / "tests" / "golden" / "fix"
@@ -31,9 +33,7 @@ STATE = "var/lib/strata-doctor"
 
 
 def _copy_fixture(tmp_path: Path, name: str) -> Path:
-    target = tmp_path / name
-    shutil.copytree(HOSTS / name, target, symlinks=True)
-    return target
+    return copy_host(name, tmp_path / name)
 
 
 def _generated(before: Dict[str, Entry], after: Dict[str, Entry]) -> str:
@@ -155,10 +155,10 @@ def _plan(tree: Path) -> Tuple[object, object]:
 
 def _steps(tree: Path, monkeypatch: pytest.MonkeyPatch) -> List[Tuple[str, str]]:
     seen: List[Tuple[str, str]] = []
-    monkeypatch.setattr(applier, "checkpoint", lambda step, path: seen.append((step, path)))
+    monkeypatch.setattr(writer_steps, "checkpoint", lambda step, path: seen.append((step, path)))
     ctx, plan = _plan(tree)
     apply_plan(ctx.root, plan)  # type: ignore[attr-defined, arg-type]
-    monkeypatch.setattr(applier, "checkpoint", lambda step, path: None)
+    monkeypatch.setattr(writer_steps, "checkpoint", lambda step, path: None)
     revert_last(ctx.root)  # type: ignore[attr-defined]
     return seen
 
@@ -191,11 +191,11 @@ def test_killed_at_each_step_then_revert(tmp_path: Path, monkeypatch: pytest.Mon
     steps = _steps(tree, monkeypatch)
     assert snapshot(tree) == original
     for index, (step, path) in enumerate(steps):
-        monkeypatch.setattr(applier, "checkpoint", _fail_at(index, Killed()))
+        monkeypatch.setattr(writer_steps, "checkpoint", _fail_at(index, Killed()))
         ctx, plan = _plan(tree)
         with pytest.raises(Killed):
             apply_plan(ctx.root, plan)  # type: ignore[attr-defined, arg-type]
-        monkeypatch.setattr(applier, "checkpoint", lambda step, path: None)
+        monkeypatch.setattr(writer_steps, "checkpoint", lambda step, path: None)
         if index > 0:  # a later apply must refuse to run over an interrupted one
             ctx, plan = _plan(tree)
             if (tree / STATE / "applies").is_dir() and any((tree / STATE / "applies").iterdir()):
@@ -210,7 +210,8 @@ def test_failure_at_each_step_rolls_back(tmp_path: Path, monkeypatch: pytest.Mon
     original = snapshot(tree)
     steps = _steps(tree, monkeypatch)
     for index, (step, path) in enumerate(steps):
-        monkeypatch.setattr(applier, "checkpoint", _fail_at(index, OSError(errno.ENOSPC, "No space left")))
+        failing = _fail_at(index, OSError(errno.ENOSPC, "No space left"))
+        monkeypatch.setattr(writer_steps, "checkpoint", failing)
         ctx, plan = _plan(tree)
         with pytest.raises(ApplyError) as caught:
             apply_plan(ctx.root, plan)  # type: ignore[attr-defined, arg-type]
@@ -226,7 +227,7 @@ def test_readonly_etc_is_reported_and_nothing_lost(tmp_path: Path, monkeypatch: 
         if step == "write-temp" and path.startswith("/etc/"):
             raise OSError(errno.EROFS, "Read-only file system", path)
 
-    monkeypatch.setattr(applier, "checkpoint", readonly)
+    monkeypatch.setattr(writer_steps, "checkpoint", readonly)
     result = run_cli(["fix", "--root", str(tree), "--apply"])
     assert result.exit_code == 2
     assert "Read-only file system" in result.stderr and "restored" in result.stderr

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from tests.conftest import HOSTS, REPO, UNBOUND_UNIT, two_node_files, write_tree
+from tests.conftest import HOSTS, REPO, UNBOUND_UNIT, copy_host, two_node_files, write_tree
 
 PLAYBOOK = REPO / "docs" / "fleet" / "playbook.yml"
 DROPIN = "etc/systemd/system/strata.service.d/60-strata-doctor-numa.conf"
@@ -35,7 +35,7 @@ def host(tmp_path: Path) -> Path:
     """A copy of the seed box fixture when present, else a small two-node host."""
     seed = HOSTS / "seed-box"
     if (seed / "sys").is_dir():
-        return Path(shutil.copytree(seed, tmp_path / "host", symlinks=True))
+        return copy_host(seed, tmp_path / "host")
     return write_tree(tmp_path / "host", two_node_files(unit_show=UNBOUND_UNIT))
 
 

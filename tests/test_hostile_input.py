@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from tests.conftest import HOSTS, run_cli
+from tests.conftest import HOSTS, copy_host, run_cli
 
 SEED = HOSTS / "seed-box"
 
@@ -23,9 +23,7 @@ SEED = HOSTS / "seed-box"
 @pytest.fixture
 def seed(tmp_path: Path) -> Path:
     """A private copy of the seed box."""
-    root = tmp_path / "seed-box"
-    shutil.copytree(SEED, root, symlinks=True)
-    return root
+    return copy_host(SEED, tmp_path / "seed-box")
 
 
 def run_script(args: List[str], env: Optional[Dict[str, str]] = None,

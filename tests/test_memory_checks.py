@@ -16,7 +16,7 @@ import pytest
 from strata_doctor.model import Severity
 from strata_doctor.registry import run_checks
 from strata_doctor.rules.trap import CHAIN
-from tests.conftest import HOSTS, run_cli, two_node_files, write_tree
+from tests.conftest import HOSTS, copy_host, run_cli, two_node_files, write_tree
 
 MIB = 1024**2
 C = "/.strata-doctor/commands"
@@ -710,10 +710,8 @@ def test_desktop_engine_holding_its_own_pool_is_not_a_failing_map(tmp_path: Path
     """The engine started by hand (no unit) holds 23,984 of a 24,000-page pool: one engine
     PID for every check, so its own pages count as available at its restart."""
     import re
-    import shutil
 
-    host = tmp_path / "host"
-    shutil.copytree(_host("desktop-user-oomd"), host, symlinks=True)
+    host = copy_host("desktop-user-oomd", tmp_path / "host")
 
     def edit(path: str, old: str, new: str) -> None:
         file = host / path.lstrip("/")

@@ -6,7 +6,6 @@ node, never as the GPU's."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -15,7 +14,7 @@ from strata_doctor.checks.numa_binding import NumaBinding
 from strata_doctor.config import EngineConfig
 from strata_doctor.model import Finding, Severity
 from strata_doctor.registry import Check
-from tests.conftest import HOSTS, UNBOUND_UNIT, run_check, run_cli, two_node_files, write_tree
+from tests.conftest import HOSTS, UNBOUND_UNIT, copy_host, run_check, run_cli, two_node_files, write_tree
 
 GIB = 1024**3
 CONFIG = EngineConfig(arena_bytes=8 * GIB, kv_bytes=GIB, headroom_bytes=2 * GIB)
@@ -101,8 +100,7 @@ def test_the_container_fixture_host_defers_and_its_plan_has_no_binding(tmp_path:
     errors = {f["id"] for f in data["findings"] if f["check"] == "cgroup-limits" and f["severity"] == "error"}
     assert {"cpuset-mems", "cpuset-cpus"} <= errors
     # the plan writes no numactl wrapper or binding drop-in that cannot work here
-    copy = tmp_path / "host"
-    shutil.copytree(host, copy, symlinks=True)
+    copy = copy_host(host, tmp_path / "host")
     plan = run_cli(["fix", "--root", str(copy)])
     assert "Traceback" not in plan.stdout + plan.stderr
     assert "strata-numa" not in plan.stdout and "numactl" not in plan.stdout

@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 from pathlib import Path
 from typing import List
 
-from tests.conftest import run_cli
+from tests.conftest import copy_host, run_cli
 
 DROPIN = "etc/systemd/system/strata.service.d/60-strata-doctor-preflight.conf"
 LINE = re.compile(
@@ -30,7 +29,7 @@ def _preflight_args(root: Path) -> List[str]:
 
 
 def test_preflight_is_quiet_when_ready_and_names_each_error(two_node_host: Path, tmp_path: Path) -> None:
-    fixed = Path(shutil.copytree(two_node_host, tmp_path / "fixed", symlinks=True))
+    fixed = copy_host(two_node_host, tmp_path / "fixed")
     applied = run_cli(["fix", "--root", str(fixed), "--preflight", "--apply", "--yes"])
     assert applied.exit_code == 0, applied.stdout + applied.stderr
     args = _preflight_args(fixed)

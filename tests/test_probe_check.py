@@ -7,7 +7,6 @@ copy; the golden output is ``tests/golden/probe/seed-box-measured.txt``.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any, Dict
 
@@ -17,7 +16,7 @@ from strata_doctor.config import load_config
 from strata_doctor.context import HostContext
 from strata_doctor.facts import saved_probe as probe_data
 from strata_doctor.root import Root
-from tests.conftest import HOSTS, REPO, compare_golden, run_cli
+from tests.conftest import HOSTS, REPO, compare_golden, copy_host, run_cli
 
 GOLDEN = REPO / "tests" / "golden" / "probe"
 MODEL = "Intel(R) Xeon(R) CPU E5-2696 v4 @ 2.20GHz"
@@ -44,12 +43,8 @@ def seed_probe(**changes: Any) -> Dict[str, Any]:
 
 
 @pytest.fixture
-def seed_copy(tmp_path: Path) -> Path:
-    if not (HOSTS / "seed-box").is_dir():
-        pytest.skip("no seed-box fixture")
-    tree = tmp_path / "seed-box"
-    shutil.copytree(HOSTS / "seed-box", tree, symlinks=True)
-    return tree
+def seed_tree(tmp_path: Path) -> Path:
+    return copy_host("seed-box", tmp_path / "seed-box")
 
 
 def save(tree: Path, data: Any) -> None:
@@ -64,17 +59,17 @@ def check_text(tree: Path) -> str:
     return result.stdout
 
 
-def test_golden_check_with_a_saved_probe(seed_copy: Path) -> None:
-    save(seed_copy, seed_probe())
-    text = check_text(seed_copy)
+def test_golden_check_with_a_saved_probe(seed_tree: Path) -> None:
+    save(seed_tree, seed_probe())
+    text = check_text(seed_tree)
     assert "remote reads 2.5x slower (24.4 vs 61.0 GB/s, measured)" in text
     assert "21/10" not in text
     compare_golden(GOLDEN / "seed-box-measured.txt", text)
 
 
-def test_the_gain_is_a_range_from_the_matrix(seed_copy: Path) -> None:
-    save(seed_copy, seed_probe())
-    text = " ".join(check_text(seed_copy).split())
+def test_the_gain_is_a_range_from_the_matrix(seed_tree: Path) -> None:
+    save(seed_tree, seed_probe())
+    text = " ".join(check_text(seed_tree).split())
     # 2 nodes, 2.5x: unbound reads take 1/2 + 1/2 x 2.5 = 1.75 of the bound time.
     assert "binding should make a memory-bound pool 27% to 75% faster" in text
     assert "about 1/2 of the reads remote" in text
@@ -87,22 +82,22 @@ def test_the_gain_is_a_range_from_the_matrix(seed_copy: Path) -> None:
     ({"schema": "strata-doctor/probe/0"},
      "it is not a probe result: schema 'strata-doctor/probe/0', expected 'strata-doctor/probe/1'"),
 ])
-def test_a_stale_or_bad_result_falls_back_to_the_distances(seed_copy: Path, changes: Dict[str, Any],
+def test_a_stale_or_bad_result_falls_back_to_the_distances(seed_tree: Path, changes: Dict[str, Any],
                                                            why: str) -> None:
-    save(seed_copy, seed_probe(**changes))
-    text = " ".join(check_text(seed_copy).split())
+    save(seed_tree, seed_probe(**changes))
+    text = " ".join(check_text(seed_tree).split())
     assert "21/10 = 2.1x" in text and "measured)" not in text
     assert (f"The saved probe result /var/lib/strata-doctor/probe.json is not used: {why}; "
             "the ratio is the firmware's.") in text
 
 
-def test_without_a_saved_result_the_output_is_unchanged(seed_copy: Path) -> None:
-    assert check_text(seed_copy) == check_text(HOSTS / "seed-box")
+def test_without_a_saved_result_the_output_is_unchanged(seed_tree: Path) -> None:
+    assert check_text(seed_tree) == check_text(HOSTS / "seed-box")
 
 
-def test_the_reader_lives_on_host_context_and_reads_once(seed_copy: Path) -> None:
-    save(seed_copy, seed_probe())
-    root = Root(seed_copy)
+def test_the_reader_lives_on_host_context_and_reads_once(seed_tree: Path) -> None:
+    save(seed_tree, seed_probe())
+    root = Root(seed_tree)
     ctx = HostContext(root, load_config(root, None))
     saved = ctx.saved_probe
     assert saved is not None and saved.usable is not None and saved.unused is None
@@ -110,12 +105,12 @@ def test_the_reader_lives_on_host_context_and_reads_once(seed_copy: Path) -> Non
     assert probe_data.SAVED_PATH in root.reads  # recorded, so a bundle carries it
 
 
-def test_report_shows_the_matrix_and_the_bundle_carries_the_file(seed_copy: Path, tmp_path: Path) -> None:
+def test_report_shows_the_matrix_and_the_bundle_carries_the_file(seed_tree: Path, tmp_path: Path) -> None:
     import tarfile
 
-    save(seed_copy, seed_probe())
+    save(seed_tree, seed_probe())
     bundle = tmp_path / "out.tar.gz"
-    result = run_cli(["report", "--root", str(seed_copy), "--bundle", str(bundle)])
+    result = run_cli(["report", "--root", str(seed_tree), "--bundle", str(bundle)])
     assert result.exit_code in (0, 1), result.output
     text = result.stdout
     assert "Measured by `strata-doctor probe` (`/var/lib/strata-doctor/probe.json`)" in text

@@ -14,7 +14,6 @@ without ``cpu/online``): ``report --root R --bundle B``, then
 from __future__ import annotations
 
 import json
-import shutil
 import tarfile
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
@@ -22,7 +21,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from strata_doctor.output.bundle import TOP
-from tests.conftest import HOSTS, run_cli, two_node_files, write_tree
+from tests.conftest import HOSTS, copy_host, run_cli, two_node_files, write_tree
 from tests.corpus import SNAPSHOTS, Corpus
 
 FIXTURE_HOSTS = sorted(p.name for p in HOSTS.iterdir() if p.is_dir()) if HOSTS.is_dir() else []
@@ -116,7 +115,7 @@ def test_snapshot_replays(corpus: Corpus, name: str, tmp_path: Path) -> None:
 
 # -- layouts built here -------------------------------------------------------------
 def _copy(host: str, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(HOSTS / host, tmp_path / host, symlinks=True))
+    return copy_host(host, tmp_path / host)
 
 
 def test_debian_sysctl_link_replays_what_sysctl_conf_holds(tmp_path: Path) -> None:

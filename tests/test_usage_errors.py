@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import List
 
 import pytest
 
-from tests.conftest import HOSTS, run_cli, usage_error, write_tree
+from tests.conftest import copy_host, run_cli, usage_error, write_tree
 
 
 @pytest.mark.parametrize("args", [
@@ -159,7 +158,5 @@ def test_size_units_are_as_documented(value: str, expected: float) -> None:
 
 
 def test_fixture_copy_still_runs(tmp_path: Path) -> None:
-    if not (HOSTS / "seed-box").is_dir():
-        pytest.skip("no seed-box fixture")
-    tree = Path(shutil.copytree(HOSTS / "seed-box", tmp_path / "seed", symlinks=True))
+    tree = copy_host("seed-box", tmp_path / "seed")
     assert run_cli(["check", "--root", str(tree)]).exit_code in (0, 1)
