@@ -6,9 +6,10 @@ from typing import Iterator, Optional, Sequence, Tuple
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.facts.gpu import NVIDIA_SMI_Q
+from strata_doctor.facts.gpu import NVIDIA_SMI_Q, Gpu
 from strata_doctor.facts.parse import format_cpulist
 from strata_doctor.model import Evidence, Finding, Severity
+from strata_doctor.rules.gpu import GpuPlacement
 
 PCI = "/sys/bus/pci/devices"
 
@@ -47,45 +48,48 @@ class GpuPlacementCheck(Check):
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         placement = ctx.placement
-        if placement is None and ctx.gpus:
-            chips = ctx.gpus
-            yield self.finding(
-                "no-compute-gpu", Severity.WARNING,
-                ctx.compute_gpu[1],
-                detail="A server's BMC and a hypervisor give the host a display chip for the "
-                "console; it has no memory or compute for the expert cache. The checks that need "
-                "a compute GPU skip; pass `--gpu ADDRESS` (or `gpu:` in the config) if one of these "
-                "is the GPU the engine uses.",
-                evidence=tuple(Evidence(f"{PCI}/{g.address}/vendor,device,class",
-                                        f"{g.ids} class {g.pci_class:06x}") for g in chips),
-            )
-            return
         if placement is None:
-            yield self.finding(
-                "no-gpu", Severity.WARNING,
-                "no GPU found: the engine would run without its expert cache",
-                detail="No PCI function of class 0x03 (display/3D) exists. Strata caches hot "
-                "experts on one GPU; without one every expert runs on the CPU pool.",
-                evidence=(Evidence(PCI, "no function with class 0x03xxxx"),),
-            )
+            yield self._no_compute_gpu(ctx) if ctx.gpus else self._no_gpu()
             return
         gpu = placement.gpu
-        base = f"{PCI}/{gpu.address}"
-        evidence: Tuple[Evidence, ...] = (
-            Evidence(f"{base}/vendor,device", gpu.ids),
-            Evidence(f"{base}/numa_node", str(gpu.numa_node_raw)),
-            Evidence(f"{base}/local_cpulist", format_cpulist(gpu.local_cpus) or "(empty)"),
-            Evidence(f"{base}/boot_vga", "-" if gpu.boot_vga is None else str(int(gpu.boot_vga))),
+        evidence = _evidence(gpu)
+        yield self._node(ctx, placement, evidence)
+        for more in (self._cpus_conflict(gpu), self._persistence(ctx, gpu),
+                     self._contradiction(placement, evidence)):
+            if more is not None:
+                yield more
+
+    def _no_compute_gpu(self, ctx: HostContext) -> Finding:
+        return self.finding(
+            "no-compute-gpu", Severity.WARNING,
+            ctx.compute_gpu[1],
+            detail="A server's BMC and a hypervisor give the host a display chip for the "
+            "console; it has no memory or compute for the expert cache. The checks that need "
+            "a compute GPU skip; pass `--gpu ADDRESS` (or `gpu:` in the config) if one of these "
+            "is the GPU the engine uses.",
+            evidence=tuple(Evidence(f"{PCI}/{g.address}/vendor,device,class",
+                                    f"{g.ids} class {g.pci_class:06x}") for g in ctx.gpus),
         )
-        if gpu.class_source == "modalias":
-            evidence += (Evidence(f"{base}/modalias", f"class {gpu.pci_class:06x} (no class file)"),)
+
+    def _no_gpu(self) -> Finding:
+        return self.finding(
+            "no-gpu", Severity.WARNING,
+            "no GPU found: the engine would run without its expert cache",
+            detail="No PCI function of class 0x03 (display/3D) exists. Strata caches hot "
+            "experts on one GPU; without one every expert runs on the CPU pool.",
+            evidence=(Evidence(PCI, "no function with class 0x03xxxx"),),
+        )
+
+    def _node(self, ctx: HostContext, placement: GpuPlacement, evidence: Tuple[Evidence, ...]) -> Finding:
+        """The compute GPU's node: unknown, placed by local_cpulist, or placed."""
+        gpu = placement.gpu
         others = [g.address for g in ctx.gpus if g.address != gpu.address]
         detail = f"Chosen as {placement.choice_reason}."
         if others:
             detail += f" Other GPUs: {', '.join(others)}."
         name = f"{gpu.vendor_name} {gpu.ids} at {gpu.address}"
         if placement.node is None:
-            yield self.finding(
+            return self.finding(
                 "unknown-node", Severity.WARNING if len(ctx.numa.cpu_nodes) > 1 else Severity.INFO,
                 f"compute GPU {name}: its NUMA node is unknown",
                 detail=detail + f" numa_node is {_raw(gpu.numa_node_raw)} and local_cpulist matches "
@@ -93,8 +97,8 @@ class GpuPlacementCheck(Check):
                 "`numa: <node>` in the config to bind anyway.",
                 evidence=evidence,
             )
-        elif placement.node_source == "local_cpulist":
-            yield self.finding(
+        if placement.node_source == "local_cpulist":
+            return self.finding(
                 "node-from-cpulist", Severity.INFO,
                 f"compute GPU {name} on node {placement.node} (numa_node is "
                 f"{_raw(gpu.numa_node_raw)}; placed by "
@@ -103,42 +107,65 @@ class GpuPlacementCheck(Check):
                 "local_cpulist still tells which CPUs are near the device.",
                 evidence=evidence,
             )
-        else:
-            how = "numa_node" if placement.node_source == "numa_node" else "the only node"
-            yield self.finding(
-                "placed", Severity.OK,
-                f"compute GPU {name} on node {placement.node} (from {how})",
-                detail=detail, evidence=evidence,
-            )
-        if gpu.local_cpus_conflict:
-            yield self.finding(
-                "local-cpus-contradiction", Severity.WARNING,
-                f"{gpu.address}: {gpu.local_cpus_conflict}",
-                detail="The kernel writes both from the same mask; when they disagree the capture "
-                "was edited or the files come from different boots. strata-doctor trusts "
-                "local_cpulist.",
-                evidence=(Evidence(f"{base}/local_cpulist", format_cpulist(gpu.local_cpus) or "(empty)"),
-                          Evidence(f"{base}/local_cpus", gpu.local_cpus_conflict.rpartition(" is ")[2])),
-            )
+        how = "numa_node" if placement.node_source == "numa_node" else "the only node"
+        return self.finding(
+            "placed", Severity.OK,
+            f"compute GPU {name} on node {placement.node} (from {how})",
+            detail=detail, evidence=evidence,
+        )
+
+    def _cpus_conflict(self, gpu: Gpu) -> Optional[Finding]:
+        if not gpu.local_cpus_conflict:
+            return None
+        base = f"{PCI}/{gpu.address}"
+        return self.finding(
+            "local-cpus-contradiction", Severity.WARNING,
+            f"{gpu.address}: {gpu.local_cpus_conflict}",
+            detail="The kernel writes both from the same mask; when they disagree the capture "
+            "was edited or the files come from different boots. strata-doctor trusts "
+            "local_cpulist.",
+            evidence=(Evidence(f"{base}/local_cpulist", format_cpulist(gpu.local_cpus) or "(empty)"),
+                      Evidence(f"{base}/local_cpus", gpu.local_cpus_conflict.rpartition(" is ")[2])),
+        )
+
+    def _persistence(self, ctx: HostContext, gpu: Gpu) -> Optional[Finding]:
         state = ctx.smi_states.get(gpu.address) if gpu.vendor == 0x10DE else None
-        if state is not None and state.persistence is False:
-            yield self.finding(
-                "persistence-off", Severity.INFO,
-                f"{gpu.address}: persistence mode is off; every CUDA start initialises the GPU "
-                "again, which takes seconds",
-                detail="Without a client the driver tears the GPU's state down; the engine's next "
-                "start (and each restart) pays the initialisation again. Turn it on with "
-                "`nvidia-smi -pm 1`, or at boot with `systemctl enable --now nvidia-persistenced`.",
-                evidence=(Evidence(NVIDIA_SMI_Q.key, "Persistence Mode : Disabled"),),
-            )
-        if placement.contradiction:
-            yield self.finding(
-                "numa-node-contradiction", Severity.WARNING,
-                f"{gpu.address}: {placement.contradiction}",
-                detail="The kernel derives both from firmware; when they disagree the firmware's "
-                "proximity table is suspect. strata-doctor trusts numa_node.",
-                evidence=evidence,
-            )
+        if state is None or state.persistence is not False:
+            return None
+        return self.finding(
+            "persistence-off", Severity.INFO,
+            f"{gpu.address}: persistence mode is off; every CUDA start initialises the GPU "
+            "again, which takes seconds",
+            detail="Without a client the driver tears the GPU's state down; the engine's next "
+            "start (and each restart) pays the initialisation again. Turn it on with "
+            "`nvidia-smi -pm 1`, or at boot with `systemctl enable --now nvidia-persistenced`.",
+            evidence=(Evidence(NVIDIA_SMI_Q.key, "Persistence Mode : Disabled"),),
+        )
+
+    def _contradiction(self, placement: GpuPlacement, evidence: Tuple[Evidence, ...]) -> Optional[Finding]:
+        if not placement.contradiction:
+            return None
+        return self.finding(
+            "numa-node-contradiction", Severity.WARNING,
+            f"{placement.gpu.address}: {placement.contradiction}",
+            detail="The kernel derives both from firmware; when they disagree the firmware's "
+            "proximity table is suspect. strata-doctor trusts numa_node.",
+            evidence=evidence,
+        )
+
+
+def _evidence(gpu: Gpu) -> Tuple[Evidence, ...]:
+    """The compute GPU's own files the placement rests on."""
+    base = f"{PCI}/{gpu.address}"
+    evidence: Tuple[Evidence, ...] = (
+        Evidence(f"{base}/vendor,device", gpu.ids),
+        Evidence(f"{base}/numa_node", str(gpu.numa_node_raw)),
+        Evidence(f"{base}/local_cpulist", format_cpulist(gpu.local_cpus) or "(empty)"),
+        Evidence(f"{base}/boot_vga", "-" if gpu.boot_vga is None else str(int(gpu.boot_vga))),
+    )
+    if gpu.class_source == "modalias":
+        evidence += (Evidence(f"{base}/modalias", f"class {gpu.pci_class:06x} (no class file)"),)
+    return evidence
 
 
 def _raw(value: Optional[int]) -> str:

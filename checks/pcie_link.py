@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.facts.gpu import NVIDIA_SMI_QUERY, PCIE_GENERATIONS, Gpu, speed_text
+from strata_doctor.facts.gpu import NVIDIA_SMI_QUERY, PCIE_GENERATIONS, Gpu, SmiGpuState, speed_text
 from strata_doctor.model import Evidence, Finding, Severity
+from strata_doctor.rules.pcie import LinkReading, link_verdict, read_link
 
 PCI = "/sys/bus/pci/devices"
 
@@ -48,72 +49,58 @@ class PcieLinkCheck(Check):
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         assert ctx.placement is not None
         gpu = ctx.placement.gpu
-        link = gpu.link
-        base = f"{PCI}/{gpu.address}"
-        evidence: List[Evidence] = [
-            Evidence(f"{base}/current_link_width", f"{link.current_width} (max {link.max_width})"),
-            Evidence(f"{base}/current_link_speed", f"{link.current_speed} (max {link.max_speed})"),
-        ]
-        evidence += [Evidence(f"{PCI}/{hop.address}/current_link_width,current_link_speed",
-                              f"x{hop.link.current_width} at {hop.link.current_speed} (upstream)")
-                     for hop in gpu.path if hop.link.known]
         smi = ctx.smi_states.get(gpu.address)
-        if smi is not None and smi.link_known:
-            evidence.append(Evidence(NVIDIA_SMI_QUERY.key, f"Gen{smi.gen_current} x{smi.width_current} "
-                                     f"(max Gen{smi.gen_max} x{smi.width_max})"))
-            width_now, width_max = smi.width_current, smi.width_max
-            now, best = f"Gen{smi.gen_current} x{width_now}", f"Gen{smi.gen_max} x{width_max}"
-            slower = (smi.gen_current or 0) < (smi.gen_max or 0)
-            source = "nvidia-smi"
-            gts = {gen: rate for rate, gen in PCIE_GENERATIONS.items()}.get(smi.gen_current or 0)
-            hop = gpu.path_limit(width_now, gts)
-        else:
-            width_now, width_max = link.current_width, link.max_width
-            now, best = link.now, link.best
-            slower = bool(link.current_speed and link.max_speed and link.current_gts != link.max_gts)
-            source = "sysfs"
-            hop = gpu.path_minimum
-        path_note = _path_note(gpu)
-        if width_now and width_max and width_now < width_max:
-            yield self.finding(
-                "narrow", Severity.WARNING,
-                f"{gpu.address} runs at x{width_now} of x{width_max} ({source})",
-                detail="Check the slot wiring, risers and BIOS bifurcation settings." + path_note,
-                evidence=tuple(evidence),
-            )
-        elif hop is not None and hop[1] == "width":
-            limit = hop[0]
-            yield self.finding(
-                "narrow-path", Severity.WARNING,
-                f"{gpu.address} runs at x{width_now}, but {limit.address} on its path to the root "
-                f"port runs at x{limit.link.current_width}: the GPU gets x{limit.link.current_width}",
-                detail="A PCIe switch's uplink or a root port trained narrower than the GPU's own "
-                "link; check the switch's slot, its riser and the BIOS bifurcation settings." + path_note,
-                evidence=tuple(evidence),
-            )
-        elif slower:
-            yield self.finding(
-                "idle-speed", Severity.INFO,
-                f"{gpu.address} link at {now} (max {best}, {source}); an idle GPU trains its link "
-                "down and raises it under load",
-                detail="Read it again while the engine computes; a link that stays below its "
-                "maximum under load points at the slot or the BIOS." + path_note,
-                evidence=tuple(evidence),
-            )
-        elif hop is not None:
-            limit = hop[0]
-            yield self.finding(
-                "slow-path", Severity.WARNING,
-                f"{gpu.address} runs at {now}, but {limit.address} on its path to the root port "
-                f"runs at {speed_text(limit.link.current_speed)}: the GPU gets "
-                f"{_gen(limit.link.current_gts)}",
-                detail="A PCIe switch or root port above the GPU trained slower than the GPU; "
-                "check the BIOS's PCIe speed setting for that slot." + path_note,
-                evidence=tuple(evidence),
-            )
-        else:
-            yield self.finding("full", Severity.OK, f"{gpu.address} link at {now}{_path_short(gpu)}",
-                               evidence=tuple(evidence))
+        reading = read_link(gpu, smi)
+        evidence = _evidence(gpu, smi)
+        verdict = link_verdict(reading)
+        if verdict == "full":
+            yield self.finding("full", Severity.OK, f"{gpu.address} link at {reading.now}{_path_short(gpu)}",
+                               evidence=evidence)
+            return
+        summary, detail = _words(gpu, reading, verdict)
+        yield self.finding(verdict, Severity.INFO if verdict == "idle-speed" else Severity.WARNING,
+                           summary, detail=detail + _path_note(gpu), evidence=evidence)
+
+
+def _evidence(gpu: Gpu, smi: Optional[SmiGpuState]) -> Tuple[Evidence, ...]:
+    """The GPU's link files, each upstream link's, and nvidia-smi's reading when it has one."""
+    link = gpu.link
+    base = f"{PCI}/{gpu.address}"
+    evidence: List[Evidence] = [
+        Evidence(f"{base}/current_link_width", f"{link.current_width} (max {link.max_width})"),
+        Evidence(f"{base}/current_link_speed", f"{link.current_speed} (max {link.max_speed})"),
+    ]
+    evidence += [Evidence(f"{PCI}/{hop.address}/current_link_width,current_link_speed",
+                          f"x{hop.link.current_width} at {hop.link.current_speed} (upstream)")
+                 for hop in gpu.path if hop.link.known]
+    if smi is not None and smi.link_known:
+        evidence.append(Evidence(NVIDIA_SMI_QUERY.key, f"Gen{smi.gen_current} x{smi.width_current} "
+                                 f"(max Gen{smi.gen_max} x{smi.width_max})"))
+    return tuple(evidence)
+
+
+def _words(gpu: Gpu, reading: LinkReading, verdict: str) -> Tuple[str, str]:
+    """(summary, detail) of a link that carries less than it could."""
+    if verdict == "narrow":
+        return (f"{gpu.address} runs at x{reading.width_now} of x{reading.width_max} ({reading.source})",
+                "Check the slot wiring, risers and BIOS bifurcation settings.")
+    if verdict == "idle-speed":
+        return (f"{gpu.address} link at {reading.now} (max {reading.best}, {reading.source}); an idle "
+                "GPU trains its link down and raises it under load",
+                "Read it again while the engine computes; a link that stays below its "
+                "maximum under load points at the slot or the BIOS.")
+    assert reading.limit is not None
+    limit = reading.limit[0]
+    if verdict == "narrow-path":
+        return (f"{gpu.address} runs at x{reading.width_now}, but {limit.address} on its path to the "
+                f"root port runs at x{limit.link.current_width}: the GPU gets x{limit.link.current_width}",
+                "A PCIe switch's uplink or a root port trained narrower than the GPU's own "
+                "link; check the switch's slot, its riser and the BIOS bifurcation settings.")
+    return (f"{gpu.address} runs at {reading.now}, but {limit.address} on its path to the root port "
+            f"runs at {speed_text(limit.link.current_speed)}: the GPU gets "
+            f"{_gen(limit.link.current_gts)}",
+            "A PCIe switch or root port above the GPU trained slower than the GPU; "
+            "check the BIOS's PCIe speed setting for that slot.")
 
 
 def _gen(gts: Optional[float]) -> str:
