@@ -485,10 +485,10 @@ def project_files(python: str, log: Log = _stderr) -> Dict[str, Tuple[bytes, int
             log(f"guest: no wheel of the project ({why[0].strip()}); copying its packages")
             mapping = _package_dirs((src / "pyproject.toml").read_text())
             for name, folder in mapping.items():
-                for path in sorted((src / folder).glob("*")):
+                for path in sorted((src / folder).rglob("*")):  # sub-packages too
                     if path.is_file() and "__pycache__" not in path.parts:
-                        dest = f"{site}/{name.replace('.', '/')}/{path.name}"
-                        files[dest] = (path.read_bytes(), 0o644)
+                        rel = path.relative_to(src / folder).as_posix()
+                        files[f"{site}/{name.replace('.', '/')}/{rel}"] = (path.read_bytes(), 0o644)
             scripts = {"strata-doctor": "strata_doctor.cli:main"}
     for name, target in scripts.items():
         module, func = target.split(":")
