@@ -17,9 +17,11 @@ from typing import Callable, Dict, List, Optional, Tuple
 import pytest
 
 from strata_doctor.cli import probe as cli_probe
+from strata_doctor.facts import probe_result as probe_doc
 from strata_doctor.facts import saved_probe as probe_data
-from strata_doctor.facts.saved_probe import SCHEMA, Cell, ProbeResult
+from strata_doctor.facts.probe_result import SCHEMA, Cell, ProbeResult
 from strata_doctor.probe import measure as probe
+from strata_doctor.probe import plan as probe_plan
 from strata_doctor.probe.system import NodeInfo, System
 from tests.conftest import run_cli
 
@@ -93,7 +95,7 @@ def three_nodes() -> List[NodeInfo]:
 
 def run_fake(system: FakeSystem, size: int = 8 * MiB, seconds: float = 0.12,
              threads: Optional[int] = None) -> ProbeResult:
-    plan = probe.make_plan(system, size, seconds, threads)
+    plan = probe_plan.make_plan(system, size, seconds, threads)
     return probe.Probe(system, plan, seed=7).run()
 
 
@@ -128,7 +130,7 @@ def test_pages_elsewhere_make_the_cell_unverified() -> None:
     text = probe_data.to_text(result)
     assert "placement unverified, only 95.0% of the pages were on node 1" in text
     assert "*" in text.split("Idle latency")[0]
-    data = json.loads(probe_data.to_json(result))
+    data = json.loads(probe_doc.to_json(result))
     assert all(row["verified"] is False for row in data["matrix"])
 
 
@@ -138,8 +140,8 @@ def test_a_latency_lost_in_the_chase_cost_is_left_out_and_said(monkeypatch: pyte
     assert all(c.latency_ns is None and c.read_gbps for c in result.cells)
     assert sum("so no latency is given" in n for n in result.notes) == 4
     assert "       0          -         -" in probe_data.to_text(result)
-    text = probe_data.to_json(result)
-    assert probe_data.to_json(probe_data.from_json(text)) == text
+    text = probe_doc.to_json(result)
+    assert probe_doc.to_json(probe_doc.from_json(text)) == text
 
 
 def test_threads_option_sets_the_reading_threads() -> None:
@@ -151,8 +153,8 @@ def test_a_node_without_enough_free_memory_is_refused_before_anything_is_taken()
     nodes = two_nodes()
     nodes[1] = nodes[1]._replace(mem_free=100 * MiB)
     system = FakeSystem(nodes)
-    with pytest.raises(probe.ProbeRefused) as exc:
-        probe.make_plan(system, 512 * MiB, 1.0)
+    with pytest.raises(probe_plan.ProbeRefused) as exc:
+        probe_plan.make_plan(system, 512 * MiB, 1.0)
     assert str(exc.value).startswith("node 1 has 100.00 MiB free; the probe needs 512.00 MiB there")
     assert system.live == {}
 
@@ -166,33 +168,33 @@ def test_a_node_without_enough_free_memory_is_refused_before_anything_is_taken()
     (64 * MiB, 1.0, 100000, "--threads 100000 must be between 1 and 4096"),
 ])
 def test_bad_options_are_refused(size: int, seconds: float, threads: Optional[int], words: str) -> None:
-    with pytest.raises(probe.ProbeRefused, match=words):
-        probe.make_plan(FakeSystem(two_nodes()), size, seconds, threads)
+    with pytest.raises(probe_plan.ProbeRefused, match=words):
+        probe_plan.make_plan(FakeSystem(two_nodes()), size, seconds, threads)
 
 
 def test_chase_buffer_is_four_times_the_cache_or_says_why_not() -> None:
-    plan = probe.make_plan(FakeSystem(two_nodes(), llc=2 * MiB), 64 * MiB, 1.0)
+    plan = probe_plan.make_plan(FakeSystem(two_nodes(), llc=2 * MiB), 64 * MiB, 1.0)
     assert plan.latency_bytes == 8 * MiB and not plan.notes
-    plan = probe.make_plan(FakeSystem(two_nodes(), llc=32 * MiB), 64 * MiB, 1.0)
+    plan = probe_plan.make_plan(FakeSystem(two_nodes(), llc=32 * MiB), 64 * MiB, 1.0)
     assert plan.latency_bytes == 64 * MiB
     assert "smaller than 4x the last-level cache" in plan.notes[0]
 
 
 def test_ctrl_c_frees_every_buffer() -> None:
     system = FakeSystem(two_nodes(), interrupt_at="pin")
-    plan = probe.make_plan(system, 8 * MiB, 0.1)
+    plan = probe_plan.make_plan(system, 8 * MiB, 0.1)
     runner = probe.Probe(system, plan)
     with pytest.raises(KeyboardInterrupt):
         runner.run()
-    assert system.live == {} and runner.maps == {}
+    assert system.live == {} and runner.buffers.maps == {}
 
 
 @pytest.mark.parametrize("blocks", [16, 256])
 def test_chain_is_one_cycle_over_every_line_and_tfind_walks_a_segment(blocks: int) -> None:
-    size = blocks * probe.BLOCK
+    size = blocks * probe_plan.BLOCK
     lines = size // 64
-    buf = ctypes.create_string_buffer(size + probe.BLOCK)
-    base = -(-ctypes.addressof(buf) // probe.BLOCK) * probe.BLOCK
+    buf = ctypes.create_string_buffer(size + probe_plan.BLOCK)
+    base = -(-ctypes.addressof(buf) // probe_plan.BLOCK) * probe_plan.BLOCK
     key, stop = ctypes.create_string_buffer(b"\x01"), ctypes.create_string_buffer(b"\x02")
     first, stops, steps = probe.build_chain(base, size, random.Random(1), ctypes.addressof(key),
                                             ctypes.addressof(stop))
@@ -211,7 +213,7 @@ def test_chain_is_one_cycle_over_every_line_and_tfind_walks_a_segment(blocks: in
     assert keyed == stops and [seen.index(a) + 1 for a in stops] == list(range(steps, lines + 1, steps))
     # Consecutive loads never fall in the same 64 KiB block, and a line's pair-mate
     # (the adjacent-line prefetcher's) comes half the chain later.
-    assert all((a // probe.BLOCK) != (b // probe.BLOCK) for a, b in zip(seen, seen[1:]))
+    assert all((a // probe_plan.BLOCK) != (b // probe_plan.BLOCK) for a, b in zip(seen, seen[1:]))
     position = {a: i for i, a in enumerate(seen)}
     assert min(abs(position[a] - position[a ^ 64]) for a in seen) == lines // 2
     system = FakeSystem(two_nodes())
@@ -237,7 +239,7 @@ def sample_result(placed: float = 1.0) -> ProbeResult:
 
 def test_json_schema_round_trips() -> None:
     result = sample_result()
-    data = json.loads(probe_data.to_json(result))
+    data = json.loads(probe_doc.to_json(result))
     assert data["schema"] == SCHEMA == "strata-doctor/probe/1"
     for key in ("size_bytes", "seconds", "cpu_model", "kernel", "matrix", "latency_bytes",
                 "llc_bytes", "chase_overhead_ns", "created", "gpu", "notes"):
@@ -246,7 +248,7 @@ def test_json_schema_round_trips() -> None:
                                       "placed_fraction", "verified", "threads"}
     assert data["gpu"] == {"status": "skipped", "reason": "libcudart could not be loaded (not found)",
                            "copies": []}
-    assert probe_data.from_json(probe_data.to_json(result)) == result
+    assert probe_doc.from_json(probe_doc.to_json(result)) == result
 
 
 @pytest.mark.parametrize("text, words", [
@@ -262,7 +264,7 @@ def test_json_schema_round_trips() -> None:
 ])
 def test_bad_saved_files_say_what_is_wrong(text: str, words: str) -> None:
     with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
-        probe_data.from_json(text)
+        probe_doc.from_json(text)
 
 
 def test_text_matrix_like_mlc() -> None:

@@ -13,7 +13,7 @@ import platform
 
 import pytest
 
-from strata_doctor.probe import measure as probe
+from strata_doctor.probe import bandwidth as probe
 from strata_doctor.probe.system import SYSCALLS, System
 
 pytestmark = pytest.mark.skipif(

@@ -10,11 +10,16 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
 import click
 
 from strata_doctor.cli.options import UsageFailure
+
+if TYPE_CHECKING:  # the probe's modules load only when it runs
+    from strata_doctor.facts.probe_result import GpuCopy, ProbeResult
+    from strata_doctor.probe.plan import Plan
+    from strata_doctor.probe.system import System
 
 SAVE_ROOT = "/"
 """The root ``--save`` writes under: the live host (tests point it at a temporary tree)."""
@@ -45,44 +50,70 @@ def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
 def probe_command(root: Optional[str], bundle: Optional[str], seconds: float, size: int,
                   threads: Optional[int], fmt: str, save: bool, gpu: Optional[str], no_gpu: bool) -> None:
     """Measure read bandwidth and idle latency between every CPU node and memory node."""
-    if bundle or (root and os.path.realpath(root) != "/"):
-        which = "--bundle" if bundle else "--root"
-        raise UsageFailure(f"probe measures the live host only; {which} replays a captured one")
-    from strata_doctor.facts import saved_probe as probe_data
-    from strata_doctor.probe import gpu as probe_gpu
-    from strata_doctor.probe import measure as probe
-    from strata_doctor.probe.system import System, Unsupported
+    captured = captured_option(root, bundle)
+    if captured:
+        raise UsageFailure(f"probe measures the live host only; {captured} replays a captured one")
+    from strata_doctor.facts.probe_result import to_json
+    from strata_doctor.facts.saved_probe import to_text
+    from strata_doctor.probe.plan import ProbeRefused
+    from strata_doctor.probe.system import Unsupported
 
-    try:
-        system = System()
-        plan = probe.make_plan(system, size, seconds, threads)
-    except (probe.ProbeRefused, Unsupported) as exc:
-        raise UsageFailure(str(exc)) from None
+    system, plan = _planned(size, seconds, threads)
     progress = _progress_line() if sys.stderr.isatty() else None
-    copies: Tuple[Any, ...]
-    runner = probe.Probe(system, plan, progress)
     try:
-        result = runner.run()
-        if no_gpu:
-            status, reason, copies = "skipped", "--no-gpu", ()
-        else:
-            if progress:
-                progress("GPU copy bandwidth")
-            status, reason, copies = probe_gpu.measure(system, plan.cpu_nodes, gpu, min(2.0, seconds / 4))
+        result = _measured(system, plan, progress, gpu, no_gpu)
     except KeyboardInterrupt:
         _clear(progress)
         click.echo("strata-doctor: probe interrupted; every buffer it took is freed", err=True)
         sys.exit(130)
-    except (probe.ProbeRefused, Unsupported, OSError) as exc:
+    except (ProbeRefused, Unsupported, OSError) as exc:
         _clear(progress)
         raise UsageFailure(f"probe failed: {exc}") from None
     _clear(progress)
-    result = result._replace(gpu_status=status, gpu_reason=reason, gpu=copies)
-    text = probe_data.to_json(result)
-    click.echo(text if fmt == "json" else probe_data.to_text(result), nl=False)
+    text = to_json(result)
+    click.echo(text if fmt == "json" else to_text(result), nl=False)
     if save:  # after the output: a failed save (not root?) must not lose the figures
         path = save_result(Path(SAVE_ROOT), text)
         click.echo(f"saved {path}", err=True)
+
+
+def captured_option(root: Optional[str], bundle: Optional[str]) -> Optional[str]:
+    """The option that names a captured host (``--bundle``, or a ``--root`` other than /);
+    None on the live host."""
+    if bundle:
+        return "--bundle"
+    if root and os.path.realpath(root) != "/":
+        return "--root"
+    return None
+
+
+def _planned(size: int, seconds: float, threads: Optional[int]) -> Tuple[System, Plan]:
+    """The live system and the plan of the run; a refusal is a usage error."""
+    from strata_doctor.probe.plan import ProbeRefused, make_plan
+    from strata_doctor.probe.system import System, Unsupported
+
+    try:
+        system = System()
+        return system, make_plan(system, size, seconds, threads)
+    except (ProbeRefused, Unsupported) as exc:
+        raise UsageFailure(str(exc)) from None
+
+
+def _measured(system: System, plan: Plan, progress: Optional[Callable[[str], None]],
+              gpu: Optional[str], no_gpu: bool) -> ProbeResult:
+    """The matrix, then the copy bandwidth to ``gpu`` (None: CUDA device 0) unless ``no_gpu``."""
+    from strata_doctor.probe import gpu as probe_gpu
+    from strata_doctor.probe.measure import Probe
+
+    result = Probe(system, plan, progress).run()
+    copies: Tuple[GpuCopy, ...]
+    if no_gpu:
+        status, reason, copies = "skipped", "--no-gpu", ()
+    else:
+        if progress:
+            progress("GPU copy bandwidth")
+        status, reason, copies = probe_gpu.measure(system, plan.cpu_nodes, gpu, min(2.0, plan.seconds / 4))
+    return result._replace(gpu_status=status, gpu_reason=reason, gpu=copies)
 
 
 def save_result(root: Path, text: str) -> str:

@@ -16,7 +16,7 @@ import ctypes
 import threading
 from typing import List, Optional, Sequence, Tuple
 
-from strata_doctor.facts.saved_probe import GpuCopy
+from strata_doctor.facts.probe_result import GpuCopy
 from strata_doctor.probe.system import NodeInfo, System
 
 LIBRARIES = ("libcudart.so", "libcudart.so.12", "libcudart.so.11.0")
@@ -62,45 +62,65 @@ def measure(system: System, cpu_nodes: Sequence[NodeInfo], gpu: Optional[str],
     return "measured", f"GPU {gpu or 'device ' + str(device.value)}, {size >> 20} MiB per copy", tuple(copies)
 
 
+class CudaFailed(Exception):
+    """A CUDA runtime call failed; the message names it."""
+
+
 def _copy_from(system: System, cudart: ctypes.CDLL, device: int, node: NodeInfo, size: int,
                seconds: float, copies: List[GpuCopy], errors: List[str]) -> None:
+    """In a thread of its own, pinned and bound to ``node``: the node's copy into ``copies``,
+    or why it could not be measured into ``errors``."""
     host = ctypes.c_void_p()
     dev = ctypes.c_void_p()
     try:
         system.pin(node.cpus)
         system.bind_thread(node.id)
-        if cudart.cudaSetDevice(device) != 0:
-            errors.append(f"cudaSetDevice({device}) failed")
-            return
-        if cudart.cudaHostAlloc(ctypes.byref(host), ctypes.c_size_t(size), 0) != 0:
-            errors.append(f"cudaHostAlloc of {size >> 20} MiB failed")
-            return
-        system.memset(int(host.value or 0), 0, size)
-        if cudart.cudaMalloc(ctypes.byref(dev), ctypes.c_size_t(size)) != 0:
-            errors.append(f"cudaMalloc of {size >> 20} MiB failed")
-            return
-        cudart.cudaMemcpy(dev, host, ctypes.c_size_t(size), H2D)  # warm-up
-        cudart.cudaDeviceSynchronize()
-        start = system.clock()
-        n = 0
-        while True:
-            if cudart.cudaMemcpy(dev, host, ctypes.c_size_t(size), H2D) != 0:
-                errors.append("cudaMemcpy failed")
-                return
-            n += 1
-            if system.clock() - start >= seconds:
-                break
-        cudart.cudaDeviceSynchronize()
-        elapsed = system.clock() - start
+        _allocate(system, cudart, device, host, dev, size)
+        gbps = _copy_rate(system, cudart, dev, host, size, seconds)
         status = system.page_nodes(int(host.value or 0), size)
         placed = status.count(node.id) / len(status) if len(status) else 0.0
-        copies.append(GpuCopy(node.id, n * size / elapsed / 1e9, placed))
-    except OSError as exc:
+        copies.append(GpuCopy(node.id, gbps, placed))
+    except (CudaFailed, OSError) as exc:
         errors.append(str(exc))
     finally:
-        if dev.value:
-            cudart.cudaFree(dev)
-        if host.value:
-            cudart.cudaFreeHost(host)
-        with contextlib.suppress(OSError):
-            system.bind_thread(None)
+        _release(system, cudart, dev, host)
+
+
+def _allocate(system: System, cudart: ctypes.CDLL, device: int, host: ctypes.c_void_p,
+              dev: ctypes.c_void_p, size: int) -> None:
+    """Pinned memory on the thread's node, touched, and a buffer as large on the GPU."""
+    if cudart.cudaSetDevice(device) != 0:
+        raise CudaFailed(f"cudaSetDevice({device}) failed")
+    if cudart.cudaHostAlloc(ctypes.byref(host), ctypes.c_size_t(size), 0) != 0:
+        raise CudaFailed(f"cudaHostAlloc of {size >> 20} MiB failed")
+    system.memset(int(host.value or 0), 0, size)
+    if cudart.cudaMalloc(ctypes.byref(dev), ctypes.c_size_t(size)) != 0:
+        raise CudaFailed(f"cudaMalloc of {size >> 20} MiB failed")
+
+
+def _copy_rate(system: System, cudart: ctypes.CDLL, dev: ctypes.c_void_p, host: ctypes.c_void_p,
+               size: int, seconds: float) -> float:
+    """GB/s of host-to-device copies, one after another, for ``seconds`` after a warm-up."""
+    cudart.cudaMemcpy(dev, host, ctypes.c_size_t(size), H2D)  # warm-up
+    cudart.cudaDeviceSynchronize()
+    start = system.clock()
+    n = 0
+    while True:
+        if cudart.cudaMemcpy(dev, host, ctypes.c_size_t(size), H2D) != 0:
+            raise CudaFailed("cudaMemcpy failed")
+        n += 1
+        if system.clock() - start >= seconds:
+            break
+    cudart.cudaDeviceSynchronize()
+    elapsed = system.clock() - start
+    return n * size / elapsed / 1e9
+
+
+def _release(system: System, cudart: ctypes.CDLL, dev: ctypes.c_void_p, host: ctypes.c_void_p) -> None:
+    """Free what was allocated and give the thread back the default memory policy."""
+    if dev.value:
+        cudart.cudaFree(dev)
+    if host.value:
+        cudart.cudaFreeHost(host)
+    with contextlib.suppress(OSError):
+        system.bind_thread(None)
