@@ -1,6 +1,6 @@
 """No wedged states: every step of apply and revert interrupted (docs/fix.md#safety).
 
-Failures are injected deterministically through ``apply.checkpoint``, which the applier
+Failures are injected deterministically through ``steps.checkpoint``, which the applier
 calls before every step that changes the tree. ``Killed`` stands for SIGKILL: it is a
 ``BaseException`` that no ``except`` clause of the applier catches, so nothing is cleaned
 up (descriptors close and the ``flock`` goes, as with a real kill). After each one,
@@ -23,8 +23,8 @@ from typing import Callable, Iterator, List, Optional, Tuple
 import pytest
 from click.testing import Result
 
-from strata_doctor.fix import apply as applier
-from strata_doctor.fix.apply import INTERRUPTED, REVERT_INTERRUPTED
+from strata_doctor.fix import steps as writer_steps
+from strata_doctor.fix.journal import INTERRUPTED, REVERT_INTERRUPTED
 from tests.conftest import HOSTS, REPO, run_cli, seed_copy
 from tests.test_fix_hosts import make_host, snapshot
 
@@ -41,9 +41,9 @@ Hook = Callable[[str, str], None]
 
 def _record(monkeypatch: pytest.MonkeyPatch, args: List[str]) -> List[Tuple[str, str]]:
     seen: List[Tuple[str, str]] = []
-    monkeypatch.setattr(applier, "checkpoint", lambda step, path: seen.append((step, path)))
+    monkeypatch.setattr(writer_steps, "checkpoint", lambda step, path: seen.append((step, path)))
     result = run_cli(args)
-    monkeypatch.setattr(applier, "checkpoint", lambda step, path: None)
+    monkeypatch.setattr(writer_steps, "checkpoint", lambda step, path: None)
     assert result.exit_code in (0, 1), result.stdout + result.stderr
     return seen
 
@@ -61,11 +61,11 @@ def _at(index: int, error: BaseException, persistent: bool = False) -> Hook:
 
 
 def _cli(monkeypatch: pytest.MonkeyPatch, hook: Optional[Hook], args: List[str]) -> Result:
-    monkeypatch.setattr(applier, "checkpoint", hook or (lambda step, path: None))
+    monkeypatch.setattr(writer_steps, "checkpoint", hook or (lambda step, path: None))
     try:
         return run_cli(args)
     finally:
-        monkeypatch.setattr(applier, "checkpoint", lambda step, path: None)
+        monkeypatch.setattr(writer_steps, "checkpoint", lambda step, path: None)
 
 
 def _one_line(result: Result) -> str:

@@ -17,7 +17,8 @@ from typing import List, Tuple
 import pytest
 
 from strata_doctor.cli.options import run_selected
-from strata_doctor.fix.apply import Lock, apply_plan, drop_state_if_empty
+from strata_doctor.fix.apply import apply_plan
+from strata_doctor.fix.lock import Lock, drop_state_if_empty
 from strata_doctor.fix.plan import PlanOptions, build_plan
 from strata_doctor.root import Root
 from tests.conftest import HOSTS, REPO, seed_copy

@@ -81,7 +81,9 @@ def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple
         plan = build_plan(ctx, before, PlanOptions(only, skip, reserve_node, preflight, restart, force))
         _emit(fmt, plan_text(plan), {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False})
         sys.exit(0)
-    from strata_doctor.fix.apply import ApplyError, Lock, refuse_unfinished
+    from strata_doctor.fix.journal import refuse_unfinished
+    from strata_doctor.fix.lock import Lock
+    from strata_doctor.fix.steps import ApplyError
     from strata_doctor.root import Root
 
     try:
@@ -101,9 +103,11 @@ def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple
 def _apply_locked(root: Any, ctx: Any, before: Sequence[CheckResult], plan: Any, lock: Any,
                   options: Any, fmt: str, yes: bool) -> int:
     """Show and carry out a plan made under ``lock``; the exit code."""
-    from strata_doctor.fix.apply import ApplyError, apply_plan, drop_state_quietly
+    from strata_doctor.fix.apply import apply_plan
+    from strata_doctor.fix.lock import drop_state_quietly
     from strata_doctor.fix.plan import plan_data
     from strata_doctor.fix.plan_text import plan_text
+    from strata_doctor.fix.steps import ApplyError
 
     if plan.problems or plan.empty:
         drop_state_quietly(lock)  # the lock's folder goes again when nothing is recorded
@@ -244,7 +248,8 @@ def _state(result: CheckResult) -> str:
 
 
 def _revert(root_path: str, force: bool, fmt: str, wait: bool) -> int:
-    from strata_doctor.fix.apply import ApplyError, revert_last
+    from strata_doctor.fix.revert import revert_last
+    from strata_doctor.fix.steps import ApplyError
     from strata_doctor.root import Root
 
     root = Root(root_path)

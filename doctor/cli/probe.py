@@ -119,7 +119,8 @@ def _measured(system: System, plan: Plan, progress: Optional[Callable[[str], Non
 def save_result(root: Path, text: str) -> str:
     """Write the JSON atomically to ``/var/lib/strata-doctor/probe.json`` under ``root``."""
     from strata_doctor.facts.saved_probe import SAVED_PATH
-    from strata_doctor.fix.apply import ApplyError, atomic_write
+    from strata_doctor.fix.apply import atomic_write
+    from strata_doctor.fix.steps import ApplyError
     from strata_doctor.root import Root
 
     shown = str(root).rstrip("/") + SAVED_PATH

@@ -1,0 +1,449 @@
+"""The lock and the state folder ``/var/lib/strata-doctor`` (under the root).
+
+The state folder holds the lock file and ``applies/NNNN/``, one folder per apply with its
+journal and saved originals. It is made atomically when missing (a temporary folder
+renamed into place, with ``made`` naming the topmost folder created for it) and removed,
+with those folders, once no apply is left in it; a record in the folder above names what
+is being removed, so a kill half way leaves something the next run finishes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import time
+from typing import List, Optional, Tuple
+
+from strata_doctor.fix import steps
+from strata_doctor.fix.steps import (
+    CLOEXEC,
+    DIR_FLAGS,
+    NOFOLLOW,
+    ApplyError,
+    describe,
+    read_at,
+    remove_at,
+    unlink_at,
+    write_at,
+)
+from strata_doctor.inroot import InRoot
+from strata_doctor.root import Root
+
+STATE_DIR = "/var/lib/strata-doctor"
+STATE_TEMP = re.compile(r"^\.strata-doctor-state\.(\d+)\.tmp$")
+MADE_FILE = "made"
+DROP_RECORD = ".strata-doctor-state.drop"
+BUSY = "another `strata-doctor fix` is running (pid {pid}); wait for it, or use --wait"
+_TRIES = 100
+
+
+class Lock:
+    """The ``flock`` on ``/var/lib/strata-doctor/lock`` under the root.
+
+    The lock file is removed only by its holder (the revert or failed apply that leaves
+    the state folder empty), and whoever takes the lock checks that the file it locked is
+    still the one at that path, and starts again otherwise; so two holders never coexist.
+    The holder's pid is written into the file for the message the loser prints.
+    """
+
+    def __init__(self, root: Root, wait: bool = False, create: bool = True) -> None:
+        self.root = root
+        self.wait = wait
+        self.create = create
+        self.tree: Optional[InRoot] = None
+        self.state_fd = -1
+        self.fd = -1
+
+    @property
+    def held(self) -> bool:
+        """Whether the lock is taken (False when there was no state folder to lock)."""
+        return self.fd >= 0
+
+    def __enter__(self) -> Lock:
+        try:
+            self.tree = InRoot(self.root.base)
+        except OSError as exc:
+            raise ApplyError(f"cannot open the root {self.root.base}: {describe(exc)}") from None
+        try:
+            self._take()
+        except BaseException:
+            self.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Let go of the lock and of every descriptor."""
+        for fd in (self.fd, self.state_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.fd = self.state_fd = -1
+        if self.tree is not None:
+            self.tree.close()
+            self.tree = None
+
+    def _take(self) -> None:
+        assert self.tree is not None
+        last: Optional[OSError] = None
+        for _ in range(_TRIES):
+            try:
+                self.state_fd = _open_state(self.tree, self.create)
+            except OSError as exc:
+                if _nothing_to_lock(exc, self.create):
+                    return  # no state folder (or none possible): nothing to lock, nothing recorded
+                if not isinstance(exc, FileNotFoundError):
+                    raise ApplyError(f"cannot use the state folder {STATE_DIR}: {describe(exc)}") from None
+                last = exc  # a folder went while it was made (a holder removing its state): again
+                continue
+            self.fd = _lock_in(self.state_fd, self.wait)
+            if self.held:
+                return
+            os.close(self.state_fd)  # the holder we waited for removed the state folder: again
+            self.state_fd = -1
+        why = f": {describe(last)}" if last is not None else ": it keeps being replaced"
+        raise ApplyError(f"cannot take the lock {STATE_DIR}/lock{why}")
+
+
+def _nothing_to_lock(exc: OSError, create: bool) -> bool:
+    """Whether a failure to open the state folder means, for a lock that makes none, that
+    nothing is recorded: no folder, a link loop, or a file where it should be."""
+    return not create and (isinstance(exc, FileNotFoundError) or exc.errno in (errno.ELOOP, errno.ENOTDIR))
+
+
+def _lock_in(state_fd: int, wait: bool) -> int:
+    """The locked descriptor of the state folder's lock file, with our pid in it; -1 when the
+    file went (or was replaced) meanwhile and the caller must start again."""
+    try:
+        fd = os.open("lock", os.O_RDWR | os.O_CREAT | NOFOLLOW | CLOEXEC, 0o600, dir_fd=state_fd)
+    except FileNotFoundError:  # the holder just removed the state folder
+        return -1
+    except OSError as exc:
+        raise ApplyError(f"cannot use the lock {STATE_DIR}/lock: {describe(exc)}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError as exc:
+        pid = _holder(fd)
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise ApplyError(BUSY.format(pid=pid)) from None
+        raise ApplyError(f"cannot lock {STATE_DIR}/lock: {describe(exc)}") from None
+    if not _same_file(fd, state_fd, "lock"):
+        os.close(fd)
+        return -1
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _same_file(fd: int, dir_fd: int, name: str) -> bool:
+    try:
+        there = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    mine = os.fstat(fd)
+    return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _holder(fd: int) -> str:
+    for _ in range(20):  # the holder writes its pid right after taking the lock
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if text.isdigit():
+            return text
+        time.sleep(0.05)
+    return "unknown"
+
+
+# -- making the state folder ------------------------------------------------------
+def _open_state(tree: InRoot, create: bool) -> int:
+    """A descriptor of the state folder; made, atomically, when missing and ``create``."""
+    try:
+        return tree.open_dir(STATE_DIR)
+    except FileNotFoundError:
+        if not create:
+            _clean_state_temps(tree)
+            raise
+    _finish_drop(tree)
+    try:
+        existing, missing = tree.locate(STATE_DIR)
+    except OSError as exc:  # a dangling link, a loop, a file in a folder's place
+        raise ApplyError(f"cannot use the state folder {STATE_DIR}: {describe(exc)}") from None
+    if not missing:
+        return tree.open_dir(STATE_DIR)
+    parent = tree.open_dir(existing)
+    try:
+        _clean_state_temps(tree, parent)
+        _build_state(parent, existing, missing)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, f"{existing.rstrip('/')}/{missing[0]}") from None
+    finally:
+        os.close(parent)
+    return tree.open_dir(STATE_DIR)
+
+
+def _build_state(parent: int, existing: str, missing: List[str]) -> None:
+    """Make the missing folders of the state folder in a temporary folder, then rename it
+    into place: a kill leaves either no state folder or a whole one (with ``made`` naming
+    the top folder created for it), never an empty ``var/``."""
+    temp = f".strata-doctor-state.{os.getpid()}.tmp"
+    steps.checkpoint("state-dir", STATE_DIR)
+    os.mkdir(temp, 0o700, dir_fd=parent)
+    try:
+        _fill_state(parent, temp, existing, missing)
+    except Exception:
+        with contextlib.suppress(OSError):
+            remove_at(parent, temp)
+        raise
+
+
+def _fill_state(parent: int, temp: str, existing: str, missing: List[str]) -> None:
+    fds = [os.open(temp, DIR_FLAGS, dir_fd=parent)]
+    try:
+        for name in missing[1:]:
+            os.mkdir(name, 0o700, dir_fd=fds[-1])
+            fds.append(os.open(name, DIR_FLAGS, dir_fd=fds[-1]))
+        for fd in fds[:-1]:
+            os.fchmod(fd, 0o755)  # var/, var/lib/ as every host has them
+        os.fchmod(fds[-1], 0o700)
+        top = existing.rstrip("/") + "/" + missing[0]
+        write_at(fds[-1], MADE_FILE, (top + "\n").encode(), 0o600)
+        for fd in reversed(fds):
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    steps.checkpoint("state-rename", STATE_DIR)
+    try:
+        os.rename(temp, missing[0], src_dir_fd=parent, dst_dir_fd=parent)
+    except OSError as exc:
+        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):  # else another run made it first
+            raise
+        remove_at(parent, temp)
+    os.fsync(parent)
+
+
+def _clean_state_temps(tree: InRoot, parent: Optional[int] = None) -> None:
+    """Remove the temporary state folders of runs that died while making one, and finish
+    a removal of the state folder that a kill cut short."""
+    if parent is not None:
+        _remove_dead_temps(parent)
+        return
+    _finish_drop(tree)
+    try:
+        existing, _ = tree.locate(STATE_DIR)
+        parent = tree.open_dir(existing)
+    except OSError:
+        return
+    try:
+        _remove_dead_temps(parent)
+    finally:
+        os.close(parent)
+
+
+def _remove_dead_temps(parent: int) -> None:
+    for name in os.listdir(parent):
+        found = STATE_TEMP.match(name)
+        if found and (int(found.group(1)) == os.getpid() or not _alive(int(found.group(1)))):
+            remove_at(parent, name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# -- removing the state folder ----------------------------------------------------
+def drop_state_if_empty(lock: Lock) -> None:
+    """As the lock's holder: once no apply is recorded, remove the state folder and the
+    folders made for it, the lock file first (see :class:`Lock`).
+
+    While those folders go, a record in the folder above the topmost of them names it, so
+    a kill between two removals leaves something the next run finishes, never an empty
+    ``var/`` nobody knows about."""
+    if not lock.held or apply_names(lock.state_fd):
+        return
+    assert lock.tree is not None
+    tree = lock.tree
+    steps.checkpoint("drop-state", STATE_DIR)
+    state = lock.state_fd
+    made = _made_for_state(tree, state)
+    for name in ("applies", "lock"):
+        remove_at(state, name)
+    above = made.rpartition("/")[0] or "/"
+    if made != STATE_DIR:
+        _write_record(tree, above, made)
+    remove_at(state, MADE_FILE)
+    steps.checkpoint("drop-state-dirs", STATE_DIR)
+    stopped = _rmdir_chain(tree, made)
+    if stopped == STATE_DIR:  # someone is using it already: it keeps its record
+        write_at(state, MADE_FILE, (made + "\n").encode(), 0o600)
+    if made != STATE_DIR:
+        _remove_record(tree, above)
+
+
+def drop_state_quietly(lock: Lock) -> None:
+    """:func:`drop_state_if_empty`, where a folder that cannot be removed is left as it is."""
+    with contextlib.suppress(OSError):  # an empty state folder left behind is harmless
+        drop_state_if_empty(lock)
+
+
+def _made_for_state(tree: InRoot, state_fd: int) -> str:
+    """The topmost folder made for the state folder: its ``made`` record, else a removal's
+    record a kill left above it, else the state folder alone."""
+    made = _made(read_at(state_fd, MADE_FILE))
+    if made is not None:
+        return made
+    found = _find_drop_record(tree)
+    return found[1] if found else STATE_DIR
+
+
+def _made(record: Optional[bytes]) -> Optional[str]:
+    """The topmost folder made for the state folder, from its record; None when unknown."""
+    made = record.decode("utf-8", "replace").strip() if record else ""
+    if made == STATE_DIR or (made.startswith("/") and (STATE_DIR + "/").startswith(made.rstrip("/") + "/")):
+        return made
+    return None
+
+
+def _rmdir_chain(tree: InRoot, made: str) -> Optional[str]:
+    """Remove the state folder and its parents up to ``made``, while empty; the folder where
+    it stopped (not empty), or None."""
+    folder = STATE_DIR
+    while True:
+        head, _, name = folder.rpartition("/")
+        if not _rmdir_if_empty(tree, head or "/", name):
+            return folder
+        if folder == made or not head:
+            return None
+        folder = head
+
+
+def _rmdir_if_empty(tree: InRoot, folder: str, name: str) -> bool:
+    """Remove ``folder/name`` if it is there; False when it is not empty."""
+    try:
+        parent = tree.open_dir(folder)
+    except FileNotFoundError:
+        return True
+    try:
+        os.rmdir(name, dir_fd=parent)
+        os.fsync(parent)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            return False
+        if exc.errno != errno.ENOENT:
+            raise
+    finally:
+        os.close(parent)
+    return True
+
+
+def _write_record(tree: InRoot, folder: str, made: str) -> None:
+    parent = tree.open_dir(folder)
+    try:
+        write_at(parent, DROP_RECORD, (made + "\n").encode(), 0o600)
+        os.fsync(parent)
+    finally:
+        os.close(parent)
+
+
+def _remove_record(tree: InRoot, folder: str) -> None:
+    try:
+        parent = tree.open_dir(folder)
+    except FileNotFoundError:
+        return
+    try:
+        unlink_at(parent, DROP_RECORD)
+        os.fsync(parent)
+    finally:
+        os.close(parent)
+
+
+def _find_drop_record(tree: InRoot) -> Optional[Tuple[str, str]]:
+    """(folder, topmost made folder) of a removal of the state folder that was cut short."""
+    folder = STATE_DIR.rpartition("/")[0]
+    while folder:
+        made = _record_in(tree, folder)
+        if made is not None and made.rpartition("/")[0] in (folder, "") and made != STATE_DIR:
+            return folder, made
+        folder = folder.rpartition("/")[0]
+    made = _record_at(tree.fd)
+    return ("/", made) if made is not None and made.count("/") == 1 and made != STATE_DIR else None
+
+
+def _record_in(tree: InRoot, folder: str) -> Optional[str]:
+    """The folder a removal's record in ``folder`` names; None when there is none."""
+    try:
+        parent = tree.open_dir(folder)
+    except OSError:
+        return None
+    try:
+        return _record_at(parent)
+    finally:
+        os.close(parent)
+
+
+def _record_at(dir_fd: int) -> Optional[str]:
+    try:
+        return _made(read_at(dir_fd, DROP_RECORD))
+    except OSError:
+        return None
+
+
+def _finish_drop(tree: InRoot) -> None:
+    """Finish a removal of the state folder that a kill cut short (no state folder left)."""
+    found = _find_drop_record(tree)
+    if found is None:
+        return
+    if _rmdir_chain(tree, found[1]) is None:
+        _remove_record(tree, found[0])
+
+
+# -- the applies recorded in it ---------------------------------------------------
+def apply_names(state_fd: int) -> List[str]:
+    """The applies recorded in the state folder, oldest first (``0001``, ``0002``...)."""
+    try:
+        fd = os.open("applies", DIR_FLAGS, dir_fd=state_fd)
+    except OSError:
+        return []
+    try:
+        return sorted(n for n in os.listdir(fd) if n.isdigit())
+    finally:
+        os.close(fd)
+
+
+def open_applies(lock: Lock) -> int:
+    """A descriptor of ``applies/``, made when missing."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir("applies", 0o700, dir_fd=lock.state_fd)
+    return os.open("applies", DIR_FLAGS, dir_fd=lock.state_fd)
+
+
+def new_apply_dir(lock: Lock) -> str:
+    """Make the folder of the next apply and return its name."""
+    names = apply_names(lock.state_fd)
+    name = f"{int(names[-1]) + 1:04d}" if names else "0001"
+    applies = open_applies(lock)
+    try:
+        os.mkdir(name, 0o700, dir_fd=applies)
+        os.fsync(applies)
+    finally:
+        os.close(applies)
+    return name
+
+
+def open_apply_dir(lock: Lock, name: str) -> int:
+    """A descriptor of the folder of apply ``name``."""
+    applies = open_applies(lock)
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=applies)
+    finally:
+        os.close(applies)
