@@ -4,7 +4,9 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.facts.hugepages import SYSCTL_KEY, HugepageFacts, HugetlbfsFile, PagePool, format_page_size
+from strata_doctor.facts.hugepage_pools import PagePool
+from strata_doctor.facts.hugepages import SYSCTL_KEY, HugepageFacts, format_page_size
+from strata_doctor.facts.hugetlbfs import HugetlbfsFile
 from strata_doctor.facts.oomd import oomd_commands
 from strata_doctor.facts.parse import format_bytes, format_count
 from strata_doctor.fix.memory import node_pool_fix, size_pool_fix, sysctl_fix

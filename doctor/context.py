@@ -34,17 +34,12 @@ from strata_doctor.facts.gpu import (
     read_smi_query,
     read_smi_states,
 )
-from strata_doctor.facts.hugepages import (
-    HugepageFacts,
-    NodePool,
-    detect_container,
-    read_hugepages,
-    read_node_pools,
-)
+from strata_doctor.facts.hugepage_pools import NodePool, read_node_pools
+from strata_doctor.facts.hugepages import HugepageFacts, detect_container, read_hugepages
+from strata_doctor.facts.meminfo import read_meminfo
 from strata_doctor.facts.numa import NumaFacts, read_numa
 from strata_doctor.facts.oomd import OomdFacts, read_oomd, read_oomd_active
 from strata_doctor.facts.pagecache import NodeCache, read_node_cache
-from strata_doctor.facts.parse import parse_meminfo
 from strata_doctor.facts.processes import ProcessInfo, find_engine_pid, read_processes, read_uptime
 from strata_doctor.facts.saved_probe import SAVED_PATH, SavedProbe, read_saved
 from strata_doctor.facts.thp import ThpFacts, read_thp
@@ -134,8 +129,9 @@ class HostContext:
 
     @cached_property
     def meminfo(self) -> Dict[str, int]:
-        """``/proc/meminfo``, in bytes (page counts as they are)."""
-        return parse_meminfo(self.root.read("/proc/meminfo") or "")
+        """``/proc/meminfo``, in bytes (page counts as they are): the one reading of it,
+        which every fact that needs a meminfo value is given."""
+        return read_meminfo(self.root)
 
     @cached_property
     def saved_probe(self) -> Optional[SavedProbe]:
@@ -211,12 +207,12 @@ class HostContext:
     @cached_property
     def hugepages(self) -> HugepageFacts:
         """Hugepage pools, their holders and hugetlbfs files, and their configuration."""
-        return read_hugepages(self.root, self.processes)
+        return read_hugepages(self.root, self.processes, self.meminfo)
 
     @cached_property
     def thp(self) -> ThpFacts:
         """Transparent hugepage settings."""
-        return read_thp(self.root)
+        return read_thp(self.root, self.meminfo)
 
     @cached_property
     def node_pools(self) -> Tuple[NodePool, ...]:
@@ -226,7 +222,7 @@ class HostContext:
     @cached_property
     def oomd(self) -> OomdFacts:
         """systemd-oomd and the engine's cgroup under it."""
-        return read_oomd(self.root, self.unit, self.engine_pid, detect_container(self.root))
+        return read_oomd(self.root, self.unit, self.engine_pid, self.meminfo, detect_container(self.root))
 
     @cached_property
     def oomd_active(self) -> str:

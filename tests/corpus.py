@@ -23,7 +23,7 @@ from typing import Any, Dict, FrozenSet, Optional, Set, Tuple
 
 import pytest
 
-from strata_doctor.facts.parse import parse_meminfo
+from strata_doctor.facts.meminfo import parse_meminfo
 from tests.conftest import SHARED, run_cli
 
 # archive name (without .tar.bz2/.tar.gz) -> the corpus folder that holds it

@@ -100,7 +100,7 @@ def test_sysctl_file_parses() -> None:
     assert parse_sysctl_d(text) == [("vm.nr_hugepages", "0"), ("vm.nr_overcommit_hugepages", "0")]
     assert "# the trap\nvm.nr_hugepages = 0\n" in text
     try:
-        from strata_doctor.facts.hugepages import parse_sysctl_conf
+        from strata_doctor.facts.sysctl import parse_sysctl_conf
     except ImportError:
         return
     assert parse_sysctl_conf(text) == [("vm.nr_hugepages", "0"), ("vm.nr_overcommit_hugepages", "0")]

@@ -12,19 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from strata_doctor.config import EngineConfig
+from strata_doctor.facts.cmdline import parse_grub_cmdline, parse_hugepage_cmdline
 from strata_doctor.facts.engine import UnitState
-from strata_doctor.facts.hugepages import (
-    detect_container,
-    format_page_size,
-    normalize_sysctl_key,
-    parse_grub_cmdline,
-    parse_hugepage_cmdline,
-    parse_maps_paths,
-    parse_size_dir,
-    parse_sysctl_conf,
-    read_hugepages,
-    read_sysctl_config,
-)
+from strata_doctor.facts.hugepage_pools import parse_size_dir
+from strata_doctor.facts.hugepages import detect_container, format_page_size, read_hugepages
+from strata_doctor.facts.hugetlbfs import parse_maps_paths
+from strata_doctor.facts.meminfo import parse_meminfo, read_meminfo
 from strata_doctor.facts.oomd import (
     cgroup_units,
     parse_oomctl_dump,
@@ -38,8 +31,9 @@ from strata_doctor.facts.oomd import (
     slice_path,
     unit_file_paths,
 )
-from strata_doctor.facts.parse import format_count, parse_meminfo, parse_mounts, parse_size
+from strata_doctor.facts.parse import format_count, parse_mounts, parse_size
 from strata_doctor.facts.processes import read_processes
+from strata_doctor.facts.sysctl import normalize_sysctl_key, parse_sysctl_conf, read_sysctl_config
 from strata_doctor.facts.thp import read_thp
 from strata_doctor.facts.unitfile import parse_ini
 from strata_doctor.root import Root
@@ -317,7 +311,7 @@ def test_read_hugepages_every_size_and_node(tmp_path: Path) -> None:
         "/sys/devices/system/node/node1/hugepages/hugepages-2048kB/free_hugepages": "12000\n",
     }
     root = Root(write_tree(tmp_path, files))
-    facts = read_hugepages(root, ())
+    facts = read_hugepages(root, (), read_meminfo(root))
     assert [(p.size, p.total, p.free) for p in facts.pools] == [(2 * MIB, 24000, 15779), (GIB, 4, 4)]
     assert facts.default_pool is not None and facts.default_pool.used == 8221
     assert [(n.node, n.total, n.free) for n in facts.nodes_of(2 * MIB)] == [
@@ -343,15 +337,16 @@ def test_read_hugepages_from_meminfo_alone(tmp_path: Path) -> None:
             },
         )
     )
-    facts = read_hugepages(root, ())
+    facts = read_hugepages(root, (), read_meminfo(root))
     assert [(p.total, p.free, p.source) for p in facts.pools] == [(10, 10, "/proc/meminfo")]
 
 
 def test_read_hugepages_on_an_empty_tree(tmp_path: Path) -> None:
-    facts = read_hugepages(Root(tmp_path), ())
+    root = Root(tmp_path)
+    facts = read_hugepages(root, (), read_meminfo(root))
     assert facts.pools == () and facts.mounts == () and facts.default_pool is None
     assert ("/proc/meminfo", "missing") in facts.unreadable
-    assert read_thp(Root(tmp_path)).available is False
+    assert read_thp(root, read_meminfo(root)).available is False
 
 
 def test_hugetlbfs_orphans_and_holders(tmp_path: Path) -> None:
@@ -371,7 +366,7 @@ def test_hugetlbfs_orphans_and_holders(tmp_path: Path) -> None:
         "/proc/43/maps": "",
     }
     root = Root(write_tree(tmp_path, files))
-    facts = read_hugepages(root, read_processes(root))
+    facts = read_hugepages(root, read_processes(root), read_meminfo(root))
     assert [(h.pid, h.name, h.bytes) for h in facts.holders] == [(42, "engine", 20 * MIB)]
     mounts = {m.mount_point: m for m in facts.mounts}
     assert set(mounts) == {"/dev/hugepages", "/mnt/huge 1G"}
@@ -428,7 +423,8 @@ def test_read_thp(tmp_path: Path) -> None:
         "/proc/meminfo": "AnonHugePages: 2048 kB\n",
         "/etc/default/grub": 'GRUB_CMDLINE_LINUX="transparent_hugepage=madvise"\n',
     }
-    facts = read_thp(Root(write_tree(tmp_path, files)))
+    root = Root(write_tree(tmp_path, files))
+    facts = read_thp(root, read_meminfo(root))
     assert (facts.enabled, facts.defrag, facts.shmem_enabled, facts.khugepaged_defrag) == (
         "never",
         "always",
@@ -470,7 +466,8 @@ def test_oomd_settings_and_unit_dropins(tmp_path: Path) -> None:
 
 def test_read_oomd_without_systemd_says_why(tmp_path: Path) -> None:
     root = Root(write_tree(tmp_path, {"/proc/meminfo": "SwapTotal: 0 kB\nSwapFree: 0 kB\n"}))
-    facts = read_oomd(root, UnitState("strata.service", (), False, "systemctl not found (no systemd)"), None)
+    facts = read_oomd(root, UnitState("strata.service", (), False, "systemctl not found (no systemd)"), None,
+                      read_meminfo(root))
     assert not facts.systemd and not facts.active
     assert facts.engine_cgroup is None and facts.units == ()
     assert "PSI" in facts.pressure_reason
@@ -495,12 +492,12 @@ def test_prometheus_procfs_snapshot(tmp_path: Path) -> None:
         archive.extractall(tmp_path, members=members)
     base = tmp_path / "fixtures"
     root = Root(base)
-    facts = read_hugepages(root, read_processes(root))
+    facts = read_hugepages(root, read_processes(root), read_meminfo(root))
     assert facts.nr_hugepages == int((base / "proc/sys/vm/nr_hugepages").read_text())
     assert facts.nr_overcommit == int((base / "proc/sys/vm/nr_overcommit_hugepages").read_text())
     assert facts.mem("HugePages_Total") == 0 and facts.default_size == 2 * MIB
     assert facts.default_pool is not None and facts.default_pool.total == 0
-    oomd = read_oomd(root, UnitState("strata.service", (), False, "not captured"), None)
+    oomd = read_oomd(root, UnitState("strata.service", (), False, "not captured"), None, read_meminfo(root))
     some, full = oomd.pressure_of("some"), oomd.pressure_of("full")
     assert some is not None and full is not None
     assert (some.avg10, some.avg60, some.avg300, some.total) == (0.10, 2.00, 3.85, 15)

@@ -12,14 +12,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from strata_doctor.facts.meminfo import parse_meminfo
+from strata_doctor.facts.numa_maps import (
+    _numa_maps_totals_of_text,
+    numa_maps_sums,
+    numa_maps_totals,
+    parse_numa_maps,
+)
 from strata_doctor.facts.parse import (
     MAX_CPU,
-    _numa_maps_totals_of_text,
     format_bytes,
     format_cpulist,
     is_plain,
-    numa_maps_sums,
-    numa_maps_totals,
     parse_bracketed_choice,
     parse_cpuinfo,
     parse_cpulist,
@@ -27,9 +31,7 @@ from strata_doctor.facts.parse import (
     parse_distance,
     parse_int,
     parse_key_values,
-    parse_meminfo,
     parse_mounts,
-    parse_numa_maps,
     parse_size,
     parse_status,
 )

@@ -26,7 +26,8 @@ from __future__ import annotations
 import re
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
-from strata_doctor.facts.parse import parse_cpulist, parse_int, parse_meminfo, parse_status
+from strata_doctor.facts.meminfo import parse_meminfo
+from strata_doctor.facts.parse import parse_cpulist, parse_int, parse_status
 from strata_doctor.facts.unitfile import parse_ini
 from strata_doctor.facts.units import unit_settings
 from strata_doctor.root import Root

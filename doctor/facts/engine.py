@@ -9,13 +9,13 @@ Its settings (``--arena``, ``/etc/strata-doctor.yaml``) are an input, not a fact
 import re
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
+from strata_doctor.facts.numa_maps import read_numa_maps
 from strata_doctor.facts.parse import (
     parse_cpulist,
     parse_int,
     parse_key_values,
     parse_status,
 )
-from strata_doctor.facts.processes import read_numa_maps
 from strata_doctor.facts.unitfile import parse_ini, split_command
 from strata_doctor.facts.units import unit_file_paths, unit_setting
 from strata_doctor.root import Command, CommandResult, Root, command_key

@@ -2,6 +2,7 @@
 
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
+from strata_doctor.facts.meminfo import parse_meminfo
 from strata_doctor.facts.parse import (
     MAX_CPU,
     cpumap_beyond_limit,
@@ -9,7 +10,6 @@ from strata_doctor.facts.parse import (
     parse_cpulist,
     parse_cpumap,
     parse_distance,
-    parse_meminfo,
 )
 from strata_doctor.root import Root
 

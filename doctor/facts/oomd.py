@@ -17,7 +17,7 @@ oomd's journal (:mod:`~strata_doctor.facts.oomd_journal`). The names of those mo
 stay importable from here.
 """
 
-from typing import Dict, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from strata_doctor.facts.engine import UnitState, command_failure, command_outcome, read_unit, unit_command
 from strata_doctor.facts.oomd_conf import (
@@ -49,7 +49,7 @@ from strata_doctor.facts.oomd_units import (
     slice_path,
     user_manager_uid,
 )
-from strata_doctor.facts.parse import parse_meminfo, parse_mounts
+from strata_doctor.facts.parse import parse_mounts
 from strata_doctor.facts.pressure import Pressure, parse_pressure, read_pressure
 from strata_doctor.facts.units import unit_file_paths
 from strata_doctor.root import Command, CommandResult, Root, command_key
@@ -196,13 +196,13 @@ class OomdFacts(NamedTuple):
         return tuple(result)
 
 
-def read_oomd(root: Root, engine_unit: UnitState, engine_pid: Optional[int],
+def read_oomd(root: Root, engine_unit: UnitState, engine_pid: Optional[int], meminfo: Mapping[str, int],
               container: Optional[str] = None) -> OomdFacts:
-    """Read oomd's state and the engine's exposure to it through ``root``."""
+    """Read oomd's state and the engine's exposure to it through ``root``; ``meminfo`` is
+    ``/proc/meminfo`` as ``read_meminfo`` parsed it (for swap)."""
     oomd = read_unit(root, OOMD_UNIT)
     dump_result = root.run(OOMCTL_DUMP)
     kills, journal_reason = read_oomd_journal(root)
-    meminfo = parse_meminfo(root.read("/proc/meminfo") or "")
     pressure, pressure_reason = read_pressure(root)
     cgroup = read_engine_cgroup(root, engine_unit, engine_pid)
     units = read_path_units(root, cgroup.path) if cgroup.path and oomd.available else ()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
-from strata_doctor.facts.parse import parse_int, parse_meminfo
+from strata_doctor.facts.meminfo import parse_meminfo
+from strata_doctor.facts.parse import parse_int
 from strata_doctor.root import Root
 
 NODE_MEMINFO = "/sys/devices/system/node/node{}/meminfo"

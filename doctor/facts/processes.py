@@ -1,5 +1,5 @@
-"""The process table, from ``/proc/PID/status`` and ``/proc/PID/stat`` through the root, and
-the one reader of ``/proc/PID/numa_maps`` (:func:`read_numa_maps`).
+"""The process table, from ``/proc/PID/status`` and ``/proc/PID/stat`` through the root
+(a process's ``numa_maps`` has its own reader, in ``facts/numa_maps.py``).
 
 Reading procfs through the root (rather than asking the live kernel through a library)
 means a captured host replays its processes exactly, and a bundle records them.
@@ -8,12 +8,9 @@ means a captured host replays its processes exactly, and a bundle records them.
 import re
 from functools import lru_cache
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
-from weakref import WeakKeyDictionary
 
 from strata_doctor.facts.parse import (
-    NumaMapsTotals,
     is_plain,
-    numa_maps_totals,
     parse_cpulist,
     parse_int,
     parse_status,
@@ -186,21 +183,3 @@ def _own_lineage(root: Root, processes: Sequence[ProcessInfo]) -> FrozenSet[int]
         lineage.add(pid)
         pid = parents.get(pid, 0)
     return frozenset(lineage)
-
-
-
-# Root keeps each file's bytes; this keeps each numa_maps' one parse, so that the engine's
-# totals (engine.read_process) and its hugetlb pages as a holder (memory.read_hugepages)
-# come from the same pass over a file of up to a million lines.
-_NUMA_MAPS: "WeakKeyDictionary[Root, Dict[int, NumaMapsTotals]]" = WeakKeyDictionary()
-
-
-def read_numa_maps(root: Root, pid: int) -> NumaMapsTotals:
-    """``/proc/PID/numa_maps`` summed per node, per policy and, for hugetlb pages, per node;
-    parsed once per root and process. Empty sums when the file cannot be read (the reason
-    is in ``root.reads``)."""
-    parsed = _NUMA_MAPS.setdefault(root, {})
-    totals = parsed.get(pid)
-    if totals is None:
-        totals = parsed[pid] = numa_maps_totals(root.read_bytes(f"/proc/{pid}/numa_maps") or b"")
-    return totals

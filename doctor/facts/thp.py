@@ -1,12 +1,12 @@
-"""Transparent hugepages: /sys/kernel/mm/transparent_hugepage and the configured boot setting."""
+"""Transparent hugepages: /sys/kernel/mm/transparent_hugepage and the configured boot setting
+(``AnonHugePages`` comes parsed from ``HostContext.meminfo``)."""
 
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from strata_doctor.facts.hugepages import CMDLINE_FILES, parse_grub_cmdline, parse_hugepage_cmdline
+from strata_doctor.facts.cmdline import read_configured_cmdline
 from strata_doctor.facts.parse import (
     parse_bracketed_choice,
     parse_int,
-    parse_meminfo,
 )
 from strata_doctor.root import Root
 
@@ -38,8 +38,9 @@ class ThpFacts(NamedTuple):
         return self.enabled is not None
 
 
-def read_thp(root: Root) -> ThpFacts:
-    """Read the THP settings through ``root``."""
+def read_thp(root: Root, meminfo: Mapping[str, int]) -> ThpFacts:
+    """Read the THP settings through ``root``; ``meminfo`` is ``/proc/meminfo`` as
+    ``read_meminfo`` parsed it."""
     raw: List[Tuple[str, str]] = []
 
     def choice(name: str) -> Optional[str]:
@@ -51,15 +52,7 @@ def read_thp(root: Root) -> ThpFacts:
 
     enabled, defrag, shmem = choice("enabled"), choice("defrag"), choice("shmem_enabled")
     khugepaged = parse_int(root.read(f"{THP_DIR}/khugepaged/defrag"))
-    meminfo = parse_meminfo(root.read("/proc/meminfo") or "")
-    configured = []
-    for path in CMDLINE_FILES:
-        text = root.read(path)
-        if text is not None:
-            line = parse_grub_cmdline(text) if path.endswith("grub") else text
-            value = parse_hugepage_cmdline(line).thp
-            if value:
-                configured.append((path, value))
+    configured = [(path, cmdline.thp) for path, cmdline in read_configured_cmdline(root) if cmdline.thp]
     return ThpFacts(enabled, defrag, shmem, khugepaged, meminfo.get("AnonHugePages"),
                     tuple(configured), tuple(raw))
 

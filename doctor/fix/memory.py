@@ -16,10 +16,12 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from strata_doctor.facts.hugepages import SysctlConfig, SysctlSetting, format_page_size, size_dir_name
+from strata_doctor.facts.hugepage_pools import size_dir_name
+from strata_doctor.facts.hugepages import format_page_size
 from strata_doctor.facts.numa import NODE_DIR
 from strata_doctor.facts.oomd import OOMD_DROPIN
 from strata_doctor.facts.parse import format_count
+from strata_doctor.facts.sysctl import SysctlConfig, SysctlSetting
 from strata_doctor.model import FileChange, Fix, ManualStep, RuntimeAction, context_pairs
 
 SYSCTL_FILE = "/etc/sysctl.d/60-strata-doctor.conf"

@@ -21,12 +21,12 @@ from strata_doctor.context import HostContext
 from strata_doctor.facts.cpu_policy import DETECT_VIRT
 from strata_doctor.facts.engine import SYSTEMD_VERSION, command_outcome
 from strata_doctor.facts.gpu import NVIDIA_SMI_QUERY, normalize_address
+from strata_doctor.facts.meminfo import parse_meminfo
 from strata_doctor.facts.oomd import OOMD_ACTIVE
 from strata_doctor.facts.parse import (
     format_bytes,
     format_cpulist,
     parse_key_values,
-    parse_meminfo,
 )
 from strata_doctor.model import CheckResult, Finding, Severity
 from strata_doctor.output.text import EXIT_CRASH, EXIT_READY

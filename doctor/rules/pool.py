@@ -5,7 +5,8 @@ import math
 from typing import NamedTuple, Optional
 
 from strata_doctor.config import EngineConfig
-from strata_doctor.facts.hugepages import HugepageFacts, PagePool, format_page_size
+from strata_doctor.facts.hugepage_pools import PagePool
+from strata_doctor.facts.hugepages import HugepageFacts, format_page_size
 from strata_doctor.facts.parse import format_bytes, format_count
 
 
