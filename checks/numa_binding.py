@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import FrozenSet, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
 from strata_doctor.facts.engine import SYSTEMD_VERSION, unit_command
+from strata_doctor.facts.numa import NumaNode
 from strata_doctor.facts.parse import format_cpulist
 from strata_doctor.facts.saved_probe import Remote, SavedProbe, remote_reads
 from strata_doctor.fix.binding import binding_fix_for
@@ -142,80 +143,108 @@ class NumaBinding(Check):
         self, ctx: HostContext, plan: BindingPlan, state: BindingState, line: str,
         evidence: tuple[Evidence, ...],
     ) -> Finding:
-        numa = ctx.numa
-        gpu_node = ctx.target_node
-        all_cpus = numa.online_cpus
-        kept_cores = ctx.cpu.cores_in(plan.cpus)
-        total_cores = ctx.cpu.cores_in(frozenset(all_cpus))
-        ratio = self._distance_ratio(ctx, plan)
-        ratio_text = (
-            f"remote memory costs {ratio[0]}/{ratio[1]} = {ratio[0] / ratio[1]:.1f}x local"
-            if ratio else ""
-        )
-        penalty = f"{ratio[0] / ratio[1]:.1f}x a local read" if ratio else "the remote penalty"
+        all_cpus = ctx.numa.online_cpus
         saved = ctx.saved_probe  # `strata-doctor probe --save`: measured beats the SLIT table
-        measured = remote_reads(saved.usable, gpu_node) if saved and saved.usable and gpu_node is not None \
-            else None
-        if measured:
-            ratio_text = (f"remote reads {measured.ratio:.1f}x slower" if measured.ratio >= 1 else
-                          f"remote reads no slower ({measured.ratio:.1f}x")
-            ratio_text += (" (" if measured.ratio >= 1 else ": ") + (
-                f"{measured.remote_gbps:.1f} vs {measured.local_gbps:.1f} GB/s, measured)")
-            penalty = f"{measured.ratio:.1f}x the time of a local read (measured)"
-        summary = (
-            f"{ctx.config.unit} is not bound to {_target_text(ctx, gpu_node)}"
-            if not state.wrong else f"{ctx.config.unit} is bound to the wrong node"
-        )
-        summary += f": {ratio_text}; run it under `{line}`" if ratio_text else f"; run it under `{line}`"
+        measured = _measured(saved, ctx.target_node)
+        cost = _remote_cost(_distance_ratio(ctx, plan), measured)
         detail = (
             f"Without a binding, first-touch spreads the arena over every node and the pool's "
             f"threads run on all {len(all_cpus)} CPUs, so reads from the far node cost "
-            f"{penalty}. "
-            f"Binding keeps {kept_cores} of {total_cores} cores ({len(plan.cpus)} of "
+            f"{cost.penalty}. "
+            f"Binding keeps {ctx.cpu.cores_in(plan.cpus)} of {ctx.cpu.cores_in(frozenset(all_cpus))} "
+            f"cores ({len(plan.cpus)} of "
             f"{len(all_cpus)} CPUs: {format_cpulist(plan.cpus)}) and is still faster, because every "
             f"expert read is local. Use --preferred, never --membind: a bound allocation fails "
             f"hard when the node fills, a preferred one spills."
         )
         if saved:
-            detail += _measured_note(saved, measured, gpu_node)
+            detail += _measured_note(saved, measured, ctx.target_node)
             if measured:
                 evidence += (Evidence(saved.path, f"node {measured.node}: {measured.local_gbps:.1f} GB/s "
                                       f"local, {measured.remote_gbps:.1f} GB/s remote"),)
         if state.wrong:
             detail = state.wrong.capitalize() + ". " + detail
-        if plan.reasons:
-            detail += " " + " ".join(r[0].upper() + r[1:] + "." for r in plan.reasons)
-        if len(plan.mem_nodes) > 1 and plan.policy != "preferred":
-            detail += (" SNC or NPS splits the socket into these nodes; SNC off or NPS1 in the BIOS makes "
-                       "the socket one node (sub-numa-clustering).")
-        if ctx.virtualization.virtual:
-            detail += (f" This is a virtual machine ({ctx.virtualization.name}): its nodes map to the "
-                       "host's sockets only if the hypervisor pins vNUMA; ask for that (virtual-numa).")
-        if state.effective is None:
-            detail += f" The engine is not running and {ctx.config.unit} is not loaded, so this " \
-                "rests on the unit files alone."
-        fix = binding_fix_for(ctx, plan)
         return self.finding(
-            "wrong-node" if state.wrong else "unbound", Severity.ERROR, summary,
-            detail=detail, evidence=evidence, fix=fix,
+            "wrong-node" if state.wrong else "unbound", Severity.ERROR,
+            _unbound_summary(ctx, state, cost, line),
+            detail=detail + _plan_notes(ctx, plan, state), evidence=evidence, fix=binding_fix_for(ctx, plan),
         )
 
-    def _distance_ratio(self, ctx: HostContext, plan: BindingPlan) -> Optional[Tuple[int, int]]:
-        numa = ctx.numa
-        ratios: List[Tuple[int, int]] = []
-        for node_id in sorted(plan.cpu_nodes):
-            node = numa.node(node_id)
-            if node is None:
-                continue
-            local = node.distance_to(node.id)
-            # Unbound, first touch lands on the nodes the pool's threads run on: CPU nodes
-            # only. A memory-only node (CXL, HBM) is not where the spread goes.
-            cpu_nodes = {n.id for n in numa.cpu_nodes}
-            far = [d for other, d in node.distances
-                   if other not in plan.mem_nodes and other in cpu_nodes and d]
-            if local and far:
-                ratios.append((max(far), local))
-        return max(ratios) if ratios else None
+
+class RemoteCost(NamedTuple):
+    """What a read from the far node costs, measured or from the firmware's distances."""
+
+    text: str
+    """For the summary: ``remote memory costs 21/10 = 2.1x local``; empty when unknown."""
+    penalty: str
+    """For the detail: ``2.1x a local read``."""
+
+
+def _measured(saved: Optional[SavedProbe], node: Optional[int]) -> Optional[Remote]:
+    """The saved probe's local and remote reads of ``node``, when it is usable."""
+    if saved and saved.usable and node is not None:
+        return remote_reads(saved.usable, node)
+    return None
+
+
+def _remote_cost(ratio: Optional[Tuple[int, int]], measured: Optional[Remote]) -> RemoteCost:
+    """The measured cost when the probe measured it, else the firmware's distance ratio."""
+    if measured:
+        slower = measured.ratio >= 1
+        text = (f"remote reads {measured.ratio:.1f}x slower (" if slower else
+                f"remote reads no slower ({measured.ratio:.1f}x: ")
+        text += f"{measured.remote_gbps:.1f} vs {measured.local_gbps:.1f} GB/s, measured)"
+        return RemoteCost(text, f"{measured.ratio:.1f}x the time of a local read (measured)")
+    if ratio:
+        times = f"{ratio[0] / ratio[1]:.1f}x"
+        return RemoteCost(f"remote memory costs {ratio[0]}/{ratio[1]} = {times} local",
+                          f"{times} a local read")
+    return RemoteCost("", "the remote penalty")
+
+
+def _unbound_summary(ctx: HostContext, state: BindingState, cost: RemoteCost, line: str) -> str:
+    unit = ctx.config.unit
+    summary = (f"{unit} is bound to the wrong node" if state.wrong else
+               f"{unit} is not bound to {_target_text(ctx, ctx.target_node)}")
+    return summary + (f": {cost.text}" if cost.text else "") + f"; run it under `{line}`"
+
+
+def _plan_notes(ctx: HostContext, plan: BindingPlan, state: BindingState) -> str:
+    """What the detail adds about the plan's own decisions, SNC, a VM and a stopped engine."""
+    notes = ""
+    if plan.reasons:
+        notes += " " + " ".join(r[0].upper() + r[1:] + "." for r in plan.reasons)
+    if len(plan.mem_nodes) > 1 and plan.policy != "preferred":
+        notes += (" SNC or NPS splits the socket into these nodes; SNC off or NPS1 in the BIOS makes "
+                  "the socket one node (sub-numa-clustering).")
+    if ctx.virtualization.virtual:
+        notes += (f" This is a virtual machine ({ctx.virtualization.name}): its nodes map to the "
+                  "host's sockets only if the hypervisor pins vNUMA; ask for that (virtual-numa).")
+    if state.effective is None:
+        notes += f" The engine is not running and {ctx.config.unit} is not loaded, so this " \
+            "rests on the unit files alone."
+    return notes
+
+
+def _distance_ratio(ctx: HostContext, plan: BindingPlan) -> Optional[Tuple[int, int]]:
+    """(far, local) distance of the plan's CPU nodes, the worst of them; None when unknown."""
+    numa = ctx.numa
+    # Unbound, first touch lands on the nodes the pool's threads run on: CPU nodes
+    # only. A memory-only node (CXL, HBM) is not where the spread goes.
+    cpu_nodes = frozenset(n.id for n in numa.cpu_nodes)
+    ratios = [r for r in (_node_ratio(numa.node(i), plan, cpu_nodes) for i in sorted(plan.cpu_nodes)) if r]
+    return max(ratios) if ratios else None
+
+
+def _node_ratio(
+    node: Optional[NumaNode], plan: BindingPlan, cpu_nodes: FrozenSet[int],
+) -> Optional[Tuple[int, int]]:
+    """(farthest CPU node off the plan, local) distance of one node."""
+    if node is None:
+        return None
+    local = node.distance_to(node.id)
+    far = [d for other, d in node.distances if other not in plan.mem_nodes and other in cpu_nodes and d]
+    return (max(far), local) if local and far else None
 
 
 def _target_text(ctx: HostContext, node: Optional[int]) -> str:
