@@ -1,10 +1,12 @@
 """The limits the engine runs under: its cgroup, its container, locked memory and swap.
 
-One reader, :func:`read_engine_limits`, gathers them for ``HostContext.engine_limits``:
+Two readers gather them for ``HostContext.engine_limits``: :func:`read_engine_limits`
+everything but the cgroup's files, and :func:`strata_doctor.facts.cgroup_path.read_cgroup_path`
+those; which limit binds is :func:`strata_doctor.rules.limits.tightest_limits`'s decision.
 
 - the engine's cgroup (its unit's ``ControlGroup``, ``/proc/PID/cgroup``, or in a
   container the doctor's own cgroup: the namespace's root, ``/``) and, walking from it up
-  to the root, the tightest ``memory.max`` and ``memory.high``, ``memory.swap.max`` and the
+  to the root, every ``memory.max`` and ``memory.high``, ``memory.swap.max`` and the
   nearest ``cpuset.mems.effective`` / ``cpuset.cpus.effective`` under ``/sys/fs/cgroup``
   (cgroup v1: ``memory/…/memory.limit_in_bytes``, ``memory.memsw.limit_in_bytes`` and
   ``cpuset/…/cpuset.effective_mems`` / ``effective_cpus`` at the same path);
@@ -24,10 +26,9 @@ Parsers are pure functions on strings; the reader takes a :class:`~strata_doctor
 from __future__ import annotations
 
 import re
-from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
+from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
 
-from strata_doctor.facts.meminfo import parse_meminfo
-from strata_doctor.facts.parse import parse_cpulist, parse_int, parse_status
+from strata_doctor.facts.parse import parse_int, parse_status
 from strata_doctor.facts.unitfile import parse_ini
 from strata_doctor.facts.units import unit_settings
 from strata_doctor.root import Root
@@ -201,146 +202,99 @@ def status_kb(status: Dict[str, str], key: str) -> int:
     return (value or 0) * 1024
 
 
-# -- the reader ---------------------------------------------------------------------------
+# -- the readers --------------------------------------------------------------------------
 def read_engine_limits(
     root: Root, unit: str, cgroup: Optional[str], cgroup_source: str, engine_pid: Optional[int],
-    container: Optional[str], mem_total: Optional[int],
+    container: Optional[str], meminfo: Mapping[str, int],
 ) -> EngineLimits:
-    """Everything :class:`EngineLimits` holds, read through ``root``.
+    """Everything :class:`EngineLimits` holds but the cgroup limits, read through ``root``
+    (:func:`~strata_doctor.facts.cgroup_path.read_cgroup_path`
+    reads those).
 
     ``cgroup`` is the engine's cgroup as the oomd facts found it; ``container`` the runtime
-    ``detect_container`` named.
+    ``detect_container`` named; ``meminfo`` is ``/proc/meminfo`` as ``read_meminfo`` parsed it.
     """
     if cgroup is None and container:
-        own, _ = _unified_path(root.read("/proc/self/cgroup") or "")
-        cgroup, cgroup_source = (own or "/"), ("the doctor's own cgroup in the container "
-                                               f"({'/proc/self/cgroup' if own else 'its namespace root'})")
+        cgroup, cgroup_source = _own_cgroup(root)
     settings = unit_settings(root, unit, "Service") if unit else {}
     configured = tuple((k, v, f) for k, (v, f) in settings.items() if k in UNIT_KEYS)
     v1 = not root.exists(f"{CGROUP_FS}/cgroup.controllers") and root.is_dir(f"{CGROUP_FS}/memory")
     limits = EngineLimits(cgroup=cgroup, cgroup_source=cgroup_source, running=False, cgroup_v1=v1,
                           unit_settings=configured, default_memlock=_default_memlock(root))
-    if cgroup is not None:
-        limits = _cgroup_limits(root, limits, cgroup, v1, mem_total, engine_pid is not None)
     limits = _container(root, limits, container, engine_pid)
-    if engine_pid is not None:
-        memlock = parse_memlock(root.read(f"/proc/{engine_pid}/limits") or "")
-        status = parse_status(root.read(f"/proc/{engine_pid}/status") or "")
-        limits = limits._replace(
-            memlock=memlock._replace(source=f"/proc/{engine_pid}/limits") if memlock else None,
-            locked=status_kb(status, "VmLck"), pinned=status_kb(status, "VmPin"))
-    elif container:
-        # No engine yet: it will inherit the container's limit, which the doctor has too.
-        for pid in ("self", "1"):
-            memlock = parse_memlock(root.read(f"/proc/{pid}/limits") or "")
-            if memlock is not None:
-                limits = limits._replace(memlock=memlock._replace(source=f"/proc/{pid}/limits"))
-                break
-    meminfo = parse_meminfo(root.read("/proc/meminfo") or "")
+    return _swap(root, _engine_memlock(root, limits, engine_pid, container), meminfo)
+
+
+def _own_cgroup(root: Root) -> Tuple[str, str]:
+    """(the doctor's own cgroup, where that came from): in a container, the engine's too."""
+    own = _unified_path(root.read("/proc/self/cgroup") or "")
+    return (own or "/"), ("the doctor's own cgroup in the container "
+                          f"({'/proc/self/cgroup' if own else 'its namespace root'})")
+
+
+def _swap(root: Root, limits: EngineLimits, meminfo: Mapping[str, int]) -> EngineLimits:
     devices = tuple(line.split()[0] for line in (root.read("/proc/swaps") or "").splitlines()[1:]
                     if line.split())
     return limits._replace(swap_total=meminfo.get("SwapTotal"), swap_free=meminfo.get("SwapFree"),
                            swap_devices=devices)
 
 
-def _unified_path(text: str) -> Tuple[Optional[str], bool]:
+def _unified_path(text: str) -> Optional[str]:
     for line in text.replace("\0", "").splitlines():
         parts = line.split(":", 2)
         if len(parts) == 3 and parts[0] == "0" and parts[1] == "":
-            return parts[2].strip() or "/", False
-    return None, False
+            return parts[2].strip() or "/"
+    return None
 
 
-def _ancestors(cgroup: str) -> List[str]:
-    """``/a/b`` -> ``/a/b``, ``/a``, ``` `` (the root), innermost first."""
-    parts = [p for p in cgroup.split("/") if p and p not in (".", "..")]
-    return ["/" + "/".join(parts[:i]) if i else "" for i in range(len(parts), -1, -1)]
-
-
-def _cgroup_limits(root: Root, limits: EngineLimits, cgroup: str, v1: bool,
-                   mem_total: Optional[int], engine_runs: bool) -> EngineLimits:
-    paths = _ancestors(cgroup)
-    if v1:
-        memory_dir, cpuset_dir = f"{CGROUP_FS}/memory", f"{CGROUP_FS}/cpuset"
-        files = {"max": "memory.limit_in_bytes", "high": "", "swap": "memory.memsw.limit_in_bytes",
-                 "mems": "cpuset.effective_mems", "cpus": "cpuset.effective_cpus"}
-    else:
-        memory_dir = cpuset_dir = CGROUP_FS
-        files = {"max": "memory.max", "high": "memory.high", "swap": "memory.swap.max",
-                 "mems": "cpuset.mems.effective", "cpus": "cpuset.cpus.effective"}
-    running = engine_runs or (cgroup != "/" and root.is_dir(f"{memory_dir}{paths[0]}"))
-    found: Dict[str, Limit] = {}
-    read: List[str] = []
-    for kind in ("max", "high", "swap"):
-        if not files[kind]:
-            continue
-        for path in paths:
-            name = f"{memory_dir}{path}/{files[kind]}"
-            text = root.read_value(name) if root.exists(name) else None
-            if text is not None:
-                read.append(name)
-            parsed = parse_cgroup_bytes(text) if text is not None else None
-            if parsed is None:
-                continue
-            # "max" is kept too, so that the file a finding quotes as unlimited is evidence;
-            # any number from the unit's cgroup or a parent is tighter than it.
-            value, current = parsed[0], found.get(kind)
-            if current is None or (value is not None and (current.value is None or value < current.value)):
-                found[kind] = Limit(value, text or "", name)
-    changes: Dict[str, object] = {"running": running}
-    for kind, key, field in (("max", "MemoryMax", "memory_max"), ("high", "MemoryHigh", "memory_high"),
-                             ("swap", "MemorySwapMax", "swap_max")):
-        limit = found.get(kind)
-        setting = limits.setting(key)
-        if not running and setting is not None:
-            parsed = parse_systemd_bytes(setting[0], mem_total)
-            tighter = parsed is not None and parsed[0] is not None and \
-                (limit is None or limit.value is None or parsed[0] < limit.value)
-            if tighter and parsed is not None:
-                limit = Limit(parsed[0], f"{key}={setting[0]}", setting[1])
-            elif parsed is not None and parsed[0] is None and kind == "swap" and limit is None:
-                limit = Limit(None, f"{key}={setting[0]}", setting[1])
-        changes[field] = limit
-    for kind, key, field in (("mems", "AllowedMemoryNodes", "mems"), ("cpus", "AllowedCPUs", "cpus")):
-        nodes: Optional[NodeSet] = None
-        setting = limits.setting(key)
-        if not running and setting is not None:
-            nodes = NodeSet(parse_cpulist(",".join(setting[0].split())), f"{key}={setting[0]}", setting[1])
-        for path in paths if nodes is None else ():
-            name = f"{cpuset_dir}{path}/{files[kind]}"
-            text = root.read_value(name) if root.exists(name) else None
-            if text:
-                read.append(name)
-                nodes = NodeSet(parse_cpulist(text), text, name)
-                break
-        changes[field] = nodes
-    changes["files_read"] = tuple(read)
-    return limits._replace(**changes)  # type: ignore[arg-type]
+def _engine_memlock(root: Root, limits: EngineLimits, engine_pid: Optional[int],
+                    container: Optional[str]) -> EngineLimits:
+    """The running engine's locked-memory limit and use; in a container where it does not
+    run yet, the limit it will inherit, which the doctor has too."""
+    if engine_pid is not None:
+        memlock = parse_memlock(root.read(f"/proc/{engine_pid}/limits") or "")
+        status = parse_status(root.read(f"/proc/{engine_pid}/status") or "")
+        return limits._replace(
+            memlock=memlock._replace(source=f"/proc/{engine_pid}/limits") if memlock else None,
+            locked=status_kb(status, "VmLck"), pinned=status_kb(status, "VmPin"))
+    for pid in ("self", "1") if container else ():
+        memlock = parse_memlock(root.read(f"/proc/{pid}/limits") or "")
+        if memlock is not None:
+            return limits._replace(memlock=memlock._replace(source=f"/proc/{pid}/limits"))
+    return limits
 
 
 def _container(root: Root, limits: EngineLimits, container: Optional[str],
                engine_pid: Optional[int]) -> EngineLimits:
     if not container:
         return limits
+    pids = ([str(engine_pid)] if engine_pid is not None else []) + ["self", "1"]
+    cap, source = _cap_eff(root, pids)
+    return limits._replace(container=container, container_evidence=_container_evidence(root, container),
+                           cap_eff=cap, cap_source=source)
+
+
+def _container_evidence(root: Root, container: str) -> str:
+    """What shows this is a container, as evidence names it."""
     if root.exists("/.dockerenv"):
-        evidence = "/.dockerenv"
-    elif root.exists("/run/.containerenv"):
-        evidence = "/run/.containerenv"
-    elif root.read_value("/run/systemd/container"):
-        evidence = f"/run/systemd/container ({container})"
-    else:
-        environ = (root.read_bytes("/proc/1/environ") or b"").decode("utf-8", "replace")
-        entry = next((e for e in environ.split("\0") if e.startswith("container=")), "")
-        evidence = f"{entry} in /proc/1/environ" if entry else "/proc/1/cgroup"
-    cap, source = None, ""
-    for pid in ([str(engine_pid)] if engine_pid is not None else []) + ["self", "1"]:
+        return "/.dockerenv"
+    if root.exists("/run/.containerenv"):
+        return "/run/.containerenv"
+    if root.read_value("/run/systemd/container"):
+        return f"/run/systemd/container ({container})"
+    environ = (root.read_bytes("/proc/1/environ") or b"").decode("utf-8", "replace")
+    entry = next((e for e in environ.split("\0") if e.startswith("container=")), "")
+    return f"{entry} in /proc/1/environ" if entry else "/proc/1/cgroup"
+
+
+def _cap_eff(root: Root, pids: List[str]) -> Tuple[Optional[int], str]:
+    """(``CapEff`` of the first of ``pids`` that shows one, its status file)."""
+    for pid in pids:
         status = parse_status(root.read(f"/proc/{pid}/status") or "")
         cap = parse_cap(status.get("CapEff", ""))
         if cap is not None:
-            source = f"/proc/{pid}/status"
-            break
-    return limits._replace(container=container, container_evidence=evidence, cap_eff=cap,
-                           cap_source=source)
+            return cap, f"/proc/{pid}/status"
+    return None, ""
 
 
 def _default_memlock(root: Root) -> Optional[Limit]:
