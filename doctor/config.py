@@ -1,7 +1,7 @@
 """The engine's settings: --arena-style options over /etc/strata-doctor.yaml. An input, not a fact."""
 
 import re
-from typing import Dict, Mapping, NamedTuple, Optional
+from typing import Callable, Dict, Mapping, NamedTuple, Optional
 
 from strata_doctor.facts.parse import (
     parse_setting_size,
@@ -117,37 +117,62 @@ def apply_settings(config: EngineConfig, values: Mapping[str, object], source: s
 
 
 def _convert(key: str, value: object) -> Dict[str, object]:
-    if key in ("arena", "kv", "headroom"):
-        exact = isinstance(value, int) and not isinstance(value, bool)  # YAML integer: bytes
-        size = parse_setting_size(str(value), zero_ok=key != "arena", unit_required=not exact)
-        return {{"arena": "arena_bytes", "kv": "kv_bytes"}.get(key, "headroom_bytes"): size}
-    if key == "workers":
-        if isinstance(value, bool) or not str(value).isdigit():
-            raise ValueError(f"expected a whole number, got {value!r}")
-        return {"workers": int(str(value))}
-    if key == "hugepages":
-        if str(value) not in HUGEPAGE_MODES:
-            raise ValueError(f"expected one of {', '.join(HUGEPAGE_MODES)}, got {value!r}")
-        return {"hugepages": str(value)}
-    if key == "numa":
-        text = str(value)
-        if text not in ("auto", "off") and not text.isdigit():
-            raise ValueError(f"expected auto, off or a node id, got {value!r}")
-        return {"numa": text}
-    if key == "unit":
-        text = str(value)
-        if not text or "/" in text or any(ch.isspace() for ch in text):
-            raise ValueError(f"not a unit name: {value!r}")
-        return {"unit": text if "." in text else text + ".service"}
-    if key == "gpu":
-        return {"gpu": str(value)}
-    if key == "lock":
-        if isinstance(value, bool):
-            return {"lock": value}
-        if str(value).lower() in ("true", "yes", "on", "false", "no", "off"):
-            return {"lock": str(value).lower() in ("true", "yes", "on")}
-        raise ValueError(f"expected true or false, got {value!r}")
-    raise ValueError(f"unknown setting {key!r}")
+    convert = _CONVERTERS.get(key)
+    if convert is None:
+        raise ValueError(f"unknown setting {key!r}")
+    return convert(key, value)
+
+
+def _size(key: str, value: object) -> Dict[str, object]:
+    exact = isinstance(value, int) and not isinstance(value, bool)  # YAML integer: bytes
+    size = parse_setting_size(str(value), zero_ok=key != "arena", unit_required=not exact)
+    return {{"arena": "arena_bytes", "kv": "kv_bytes"}.get(key, "headroom_bytes"): size}
+
+
+def _workers(key: str, value: object) -> Dict[str, object]:
+    if isinstance(value, bool) or not str(value).isdigit():
+        raise ValueError(f"expected a whole number, got {value!r}")
+    return {"workers": int(str(value))}
+
+
+def _hugepages(key: str, value: object) -> Dict[str, object]:
+    if str(value) not in HUGEPAGE_MODES:
+        raise ValueError(f"expected one of {', '.join(HUGEPAGE_MODES)}, got {value!r}")
+    return {"hugepages": str(value)}
+
+
+def _numa(key: str, value: object) -> Dict[str, object]:
+    text = str(value)
+    if text not in ("auto", "off") and not text.isdigit():
+        raise ValueError(f"expected auto, off or a node id, got {value!r}")
+    return {"numa": text}
+
+
+def _unit(key: str, value: object) -> Dict[str, object]:
+    text = str(value)
+    if not text or "/" in text or any(ch.isspace() for ch in text):
+        raise ValueError(f"not a unit name: {value!r}")
+    return {"unit": text if "." in text else text + ".service"}
+
+
+def _gpu(key: str, value: object) -> Dict[str, object]:
+    return {"gpu": str(value)}
+
+
+def _lock(key: str, value: object) -> Dict[str, object]:
+    if isinstance(value, bool):
+        return {"lock": value}
+    if str(value).lower() in ("true", "yes", "on", "false", "no", "off"):
+        return {"lock": str(value).lower() in ("true", "yes", "on")}
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+_CONVERTERS: Dict[str, Callable[[str, object], Dict[str, object]]] = {
+    "arena": _size, "kv": _size, "headroom": _size, "workers": _workers, "hugepages": _hugepages,
+    "numa": _numa, "unit": _unit, "gpu": _gpu, "lock": _lock,
+}
+"""Each setting's check and conversion; a bad value raises ValueError with the words the
+one-line error gives after ``FILE: KEY:``."""
 
 
 def load_config(root: Root, path: Optional[str]) -> EngineConfig:
@@ -168,22 +193,29 @@ def load_config(root: Root, path: Optional[str]) -> EngineConfig:
 
 def _load_config(root: Root, path: Optional[str]) -> EngineConfig:
     if path is not None:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                text: Optional[str] = handle.read()
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-        source = path
+        text, source = _read_named(path), path
     else:
         text = root.read(DEFAULT_CONFIG)
         source = str(root.path(DEFAULT_CONFIG)) if not root.live else DEFAULT_CONFIG
         if text is None:
             return EngineConfig()
+    return parse_config(_parse_yaml(text, source), source)
+
+
+def _read_named(path: str) -> str:
+    """The config file the user named (a real path, not under the root)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _parse_yaml(text: str, source: str) -> object:
     import yaml  # only when there is a config to read
 
-
     try:
-        data = yaml.safe_load(text or "")
+        return yaml.safe_load(text or "")
     except ValueError:  # an integer of more than 4300 digits: int() refuses it
         long = re.search(r"^\s*([^\s:#]+)\s*:[^\n]*?[0-9_]{4000}", text or "", re.M)
         key = f" {long[1]}:" if long else ""
@@ -192,4 +224,3 @@ def _load_config(root: Root, path: Optional[str]) -> EngineConfig:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{source}:{where} not valid YAML") from None
-    return parse_config(data, source)
