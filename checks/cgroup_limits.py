@@ -48,33 +48,33 @@ class CgroupLimits(Check):
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         limits = ctx.engine_limits
         where = self._where(ctx, limits)
-        evidence = self._evidence(limits)
-        problems = 0
         need = self._need(ctx)
-        for limit, key, name in ((limits.memory_max, "MemoryMax", "memory-max"),
-                                 (limits.memory_high, "MemoryHigh", "memory-high")):
-            if limit is None or limit.value is None or need is None or limit.value >= need[0]:
-                continue
-            problems += 1
+        problems = list(self._problems(ctx, limits, need, where))
+        yield from problems
+        if not problems:
+            yield self._ok(limits, need, where)
+
+    def _problems(self, ctx: HostContext, limits: EngineLimits, need: Optional[Tuple[int, str]],
+                  where: str) -> Iterator[Finding]:
+        for limit, key, name in _short(limits, need[0] if need else None):
+            assert need is not None
             yield self._memory(ctx, limits, limit, key, name, need, where)
         node = ctx.target_node
         if node is not None and len(ctx.numa.nodes) > 1:
-            for found in self._cpuset(ctx, limits, node, where):
-                problems += 1
-                yield found
+            yield from self._cpuset(ctx, limits, node, where)
         nice = self._cap_sys_nice(ctx, limits, where)
         if nice is not None:
-            problems += 1
             yield nice
-        if problems:
-            return
+
+    def _ok(self, limits: EngineLimits, need: Optional[Tuple[int, str]], where: str) -> Finding:
         parts = [f"{name} {self._text(limit)}" for name, limit in (
             ("memory.max", limits.memory_max), ("memory.high", limits.memory_high),
             ("memory.swap.max", limits.swap_max))]
         if limits.mems is not None:
             parts.append(f"cpuset.mems {limits.mems.text or 'all'}")
         fits = f"; arena + K/V + headroom ({format_bytes(need[0])}) fits" if need else ""
-        yield self.finding("ok", Severity.OK, f"{where}: " + ", ".join(parts) + fits, evidence=evidence)
+        return self.finding("ok", Severity.OK, f"{where}: " + ", ".join(parts) + fits,
+                            evidence=self._evidence(limits))
 
     # -- the findings -------------------------------------------------------------------
     def _memory(self, ctx: HostContext, limits: EngineLimits, limit: Limit, key: str, name: str,
@@ -202,3 +202,12 @@ class CgroupLimits(Check):
         if limits.container:
             found.append(Evidence(limits.container_evidence, limits.container))
         return tuple(found)
+
+
+def _short(limits: EngineLimits, need: Optional[int]) -> List[Tuple[Limit, str, str]]:
+    """(limit, unit key, finding) of memory.max and memory.high where they hold less than ``need``."""
+    if need is None:
+        return []
+    return [(limit, key, name) for limit, key, name in (
+        (limits.memory_max, "MemoryMax", "memory-max"), (limits.memory_high, "MemoryHigh", "memory-high"))
+        if limit is not None and limit.value is not None and limit.value < need]

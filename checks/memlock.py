@@ -43,41 +43,50 @@ class Memlock(Check):
         return None
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
-        limits = ctx.engine_limits
         pinned = ctx.config.pinned_bytes or 0
-        why = self._why(ctx)
         limit, configured = self._limit(ctx)
+        evidence = self._evidence(ctx, limit)
+        verdict = _verdict(limit, configured, pinned)
+        if verdict == "ok":
+            shown = "unlimited" if limit.value is None else format_bytes(limit.value)
+            yield self.finding("ok", Severity.OK,
+                               f"the engine may lock {shown} ({limit.text}); arena + K/V is "
+                               f"{format_bytes(pinned)} ({self._why(ctx)})", evidence=evidence)
+        elif verdict == "configured":
+            assert configured is not None and limit.value is not None
+            yield self.finding(
+                "configured", Severity.INFO,
+                f"configured: {configured.text} in {configured.source}; the running engine still has "
+                f"{format_bytes(limit.value)} until {ctx.config.unit} restarts",
+                evidence=(*evidence, Evidence(configured.source, configured.text)))
+        else:
+            yield self._too_low(ctx, limit, pinned, evidence)
+
+    def _too_low(self, ctx: HostContext, limit: Limit, pinned: int,
+                 evidence: Tuple[Evidence, ...]) -> Finding:
+        assert limit.value is not None
+        docker = " (Docker's default)" if ctx.engine_limits.container == "docker" and \
+            limit.value == DOCKER_MEMLOCK else ""
+        return self.finding(
+            "too-low", Severity.ERROR,
+            f"the engine may lock {format_bytes(limit.value)}{docker} but {self._why(ctx)}: arena + K/V is "
+            f"{format_bytes(pinned)}, {format_bytes(pinned - limit.value)} more",
+            detail="mlock() and pinned host memory past RLIMIT_MEMLOCK fail with ENOMEM or EPERM: the "
+            "engine then stops at load or runs with its arena unlocked, where the kernel may swap or "
+            "migrate it.",
+            evidence=evidence,
+            fix=self._fix(ctx, format_bytes(pinned), f"{format_bytes(limit.value)} ({limit.text})"),
+        )
+
+    def _evidence(self, ctx: HostContext, limit: Limit) -> Tuple[Evidence, ...]:
+        limits = ctx.engine_limits
         evidence = [Evidence(limit.source, limit.text)]
         if limits.locked or limits.pinned:
             locked = f"VmLck {format_bytes(limits.locked)}, VmPin {format_bytes(limits.pinned)}"
             evidence.append(Evidence(f"/proc/{ctx.engine_pid}/status", locked))
         if ctx.config.lock:
             evidence.append(Evidence(ctx.config.source or "command line", "lock: true"))
-        if limit.value is None or limit.value >= pinned:
-            shown = "unlimited" if limit.value is None else format_bytes(limit.value)
-            yield self.finding("ok", Severity.OK,
-                               f"the engine may lock {shown} ({limit.text}); arena + K/V is "
-                               f"{format_bytes(pinned)} ({why})", evidence=tuple(evidence))
-            return
-        if configured is not None and (configured.value is None or configured.value >= pinned):
-            yield self.finding(
-                "configured", Severity.INFO,
-                f"configured: {configured.text} in {configured.source}; the running engine still has "
-                f"{format_bytes(limit.value)} until {ctx.config.unit} restarts",
-                evidence=(*evidence, Evidence(configured.source, configured.text)))
-            return
-        docker = " (Docker's default)" if limits.container == "docker" and limit.value == DOCKER_MEMLOCK \
-            else ""
-        yield self.finding(
-            "too-low", Severity.ERROR,
-            f"the engine may lock {format_bytes(limit.value)}{docker} but {why}: arena + K/V is "
-            f"{format_bytes(pinned)}, {format_bytes(pinned - limit.value)} more",
-            detail="mlock() and pinned host memory past RLIMIT_MEMLOCK fail with ENOMEM or EPERM: the "
-            "engine then stops at load or runs with its arena unlocked, where the kernel may swap or "
-            "migrate it.",
-            evidence=tuple(evidence),
-            fix=self._fix(ctx, format_bytes(pinned), f"{format_bytes(limit.value)} ({limit.text})"),
-        )
+        return tuple(evidence)
 
     def _why(self, ctx: HostContext) -> str:
         limits = ctx.engine_limits
@@ -122,3 +131,13 @@ class Memlock(Check):
 def _bytes(text: str) -> Optional[int]:
     parsed = parse_systemd_bytes(text, None)
     return parsed[0] if parsed is not None else None
+
+
+def _verdict(limit: Limit, configured: Optional[Limit], pinned: int) -> str:
+    """``ok`` when the limit in effect holds ``pinned`` bytes, ``configured`` when only the
+    unit's files (loaded at the next restart) do, else ``too-low``."""
+    if limit.value is None or limit.value >= pinned:
+        return "ok"
+    if configured is not None and (configured.value is None or configured.value >= pinned):
+        return "configured"
+    return "too-low"

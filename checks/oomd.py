@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.facts.oomd import OomdFacts, Watched, oomd_commands
+from strata_doctor.facts.oomd import OomdFacts, OomdKill, Watched, oomd_commands
 from strata_doctor.facts.parse import format_bytes, format_count
 from strata_doctor.fix.memory import move_to_system_service_fix, oomd_dropin_fix
 from strata_doctor.model import Evidence, Finding, Fix, Severity
@@ -58,45 +58,15 @@ class Oomd(Check):
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         facts = ctx.oomd
         state_ev = Evidence("$ systemctl show systemd-oomd.service", f"ActiveState={facts.oomd_state}")
-        if not facts.active:
-            yield self.finding(
-                "inactive", Severity.OK,
-                f"systemd-oomd is not running ({facts.oomd_state}): it cannot kill the engine",
-                evidence=(state_ev,),
-            )
-            return
-        if facts.cgroup_v2 is False:
-            yield self.finding(
-                "cgroup-v1", Severity.INFO,
-                "systemd-oomd is active but the host runs cgroup v1: oomd needs the unified "
-                "hierarchy (cgroup v2) and cannot act here",
-                evidence=(state_ev,),
-            )
-            return
-        if facts.engine_cgroup is None:
-            watched = (", ".join(sorted({w.path for w in facts.dump.watched})) if facts.dump
-                       else f"unknown: {facts.dump_reason}")
-            yield self.finding(
-                "unknown-cgroup", Severity.INFO,
-                f"systemd-oomd is active (watching: {watched}), but {facts.engine_unit} is not loaded "
-                "and no engine process was found, so its exposure cannot be told",
-                detail="Run the check with the engine running, or name its unit with --unit.",
-                evidence=(state_ev,),
-            )
+        verdict = self._verdict(ctx)
+        if verdict in ("inactive", "cgroup-v1", "unknown-cgroup"):
+            yield self._unseen(verdict, facts, state_ev)
             return
         exposure = ctx.exposure
         evidence = (state_ev, *self._evidence(ctx, facts, exposure))
-        if not exposure.effective_watch:
-            swap_only = [w for w in exposure.watched if w.kind == "swap"]
-            note = f" (ManagedOOMSwap=kill on {swap_only[0].path}, but the host has no swap)" \
-                if swap_only else ""
-            yield self.finding(
-                "not-watched", Severity.OK,
-                f"systemd-oomd is active but watches no cgroup above {facts.engine_cgroup}{note}",
-                evidence=evidence,
-            )
-            return
-        if exposure.pending:
+        if verdict == "not-watched":
+            yield self._not_watched(facts, exposure, evidence)
+        elif verdict == "configured":
             value, path = exposure.configured or ("", "")
             yield self.finding(
                 "configured", Severity.INFO,
@@ -106,38 +76,84 @@ class Oomd(Check):
                 + self._mechanism(facts, exposure, ctx),
                 evidence=evidence,
             )
-            return
-        if exposure.protected:
+        elif verdict == "protected":
             yield self.finding(
                 "protected", Severity.OK,
                 f"systemd-oomd watches {self._watch_list(facts, exposure)}, but {facts.engine_unit} has "
                 f"ManagedOOMPreference={exposure.preference}: oomd picks other cgroups first",
                 evidence=evidence,
             )
-            return
-        if trap_in_effect(ctx.hugepages, ctx.pool_assessment) and self._is_chain(ctx):
+        elif verdict == "trap-chain":
             yield self._chain(ctx, facts, exposure, evidence)
-            return
-        yield self._exposed(ctx, facts, exposure, evidence)
+        else:
+            yield self._exposed(ctx, facts, exposure, evidence)
+
+    def _verdict(self, ctx: HostContext) -> str:
+        """The finding this host gets, in the order the questions are asked: does oomd run,
+        can it act, where is the engine, does it watch it, is the engine protected, and is
+        the hugepage trap what drives it to kill."""
+        facts = ctx.oomd
+        if not facts.active:
+            return "inactive"
+        if facts.cgroup_v2 is False:
+            return "cgroup-v1"
+        if facts.engine_cgroup is None:
+            return "unknown-cgroup"
+        exposure = ctx.exposure
+        if not exposure.effective_watch:
+            return "not-watched"
+        if exposure.pending:
+            return "configured"
+        if exposure.protected:
+            return "protected"
+        if trap_in_effect(ctx.hugepages, ctx.pool_assessment) and self._is_chain(ctx):
+            return "trap-chain"
+        return "exposed"
 
     # -- findings -----------------------------------------------------------------------------
+    def _unseen(self, verdict: str, facts: OomdFacts, state_ev: Evidence) -> Finding:
+        """The findings before the engine's exposure can be told."""
+        if verdict == "inactive":
+            return self.finding(
+                "inactive", Severity.OK,
+                f"systemd-oomd is not running ({facts.oomd_state}): it cannot kill the engine",
+                evidence=(state_ev,),
+            )
+        if verdict == "cgroup-v1":
+            return self.finding(
+                "cgroup-v1", Severity.INFO,
+                "systemd-oomd is active but the host runs cgroup v1: oomd needs the unified "
+                "hierarchy (cgroup v2) and cannot act here",
+                evidence=(state_ev,),
+            )
+        watched = (", ".join(sorted({w.path for w in facts.dump.watched})) if facts.dump
+                   else f"unknown: {facts.dump_reason}")
+        return self.finding(
+            "unknown-cgroup", Severity.INFO,
+            f"systemd-oomd is active (watching: {watched}), but {facts.engine_unit} is not loaded "
+            "and no engine process was found, so its exposure cannot be told",
+            detail="Run the check with the engine running, or name its unit with --unit.",
+            evidence=(state_ev,),
+        )
+
+    def _not_watched(self, facts: OomdFacts, exposure: Exposure, evidence: Tuple[Evidence, ...]) -> Finding:
+        swap_only = [w for w in exposure.watched if w.kind == "swap"]
+        note = f" (ManagedOOMSwap=kill on {swap_only[0].path}, but the host has no swap)" \
+            if swap_only else ""
+        return self.finding(
+            "not-watched", Severity.OK,
+            f"systemd-oomd is active but watches no cgroup above {facts.engine_cgroup}{note}",
+            evidence=evidence,
+        )
+
     def _exposed(
         self, ctx: HostContext, facts: OomdFacts, exposure: Exposure, evidence: Tuple[Evidence, ...],
     ) -> Finding:
         projection = self._projection(ctx)
         kills = facts.engine_kills()
         looping = self._looping(facts)
-        severity = Severity.WARNING
-        reasons: List[str] = []
-        if kills and looping:
-            severity = Severity.ERROR
-            reasons.append(f"it has already killed the engine {len(kills)} time"
-                           f"{'s' if len(kills) != 1 else ''} (last {kills[-1].time or 'time unknown'})"
-                           f"{self._restarts(facts)}")
-        if projection is not None and projection.short:
-            severity = Severity.ERROR
-            reasons.append(f"the projected need leaves {format_bytes(projection.left)}, less than the "
-                           f"{format_bytes(projection.headroom)} headroom")
+        reasons = self._reasons(facts, projection, kills, looping)
+        severity = Severity.ERROR if reasons else Severity.WARNING
         summary = (f"systemd-oomd can kill {self._who(facts)}: it watches "
                    f"{self._watch_list(facts, exposure)}")
         if reasons:
@@ -146,20 +162,45 @@ class Oomd(Check):
         if projection is not None:
             detail += f" Projected after the engine's start: {projection.arithmetic}."
         if kills and not looping:
-            detail += (f" The journal shows {len(kills)} earlier kill{'s' if len(kills) != 1 else ''} "
-                       f"of the engine (last {kills[-1].time}); it is running normally now.")
+            detail += self._earlier_kills(kills)
         nearby = [k for k in facts.kills_under([w.path for w in exposure.effective_watch]) if k not in kills]
         if nearby:
-            last = nearby[-1]
-            plural = "s" if len(nearby) != 1 else ""
-            detail += (f" oomd has already killed {len(nearby)} other cgroup{plural} under the cgroups it "
-                       f"watches here (last {last.time}: {last.cgroup}, {last.reason}); the engine's "
-                       "cgroup is a candidate in the same way.")
-            watched = ", ".join(w.path for w in exposure.effective_watch)
-            line = f"{len(nearby)} kill{plural} under {watched}; last {last.time} {last.cgroup}"
-            evidence += (Evidence("$ journalctl -u systemd-oomd", line),)
+            detail += self._nearby_detail(nearby)
+            evidence += (self._nearby_evidence(exposure, nearby),)
         return self.finding("exposed", severity, summary, detail=detail + " " + self._advice(facts),
                             evidence=evidence, fix=self._fix(facts))
+
+    def _earlier_kills(self, kills: Tuple[OomdKill, ...]) -> str:
+        return (f" The journal shows {len(kills)} earlier kill{'s' if len(kills) != 1 else ''} "
+                f"of the engine (last {kills[-1].time}); it is running normally now.")
+
+    def _reasons(self, facts: OomdFacts, projection: Optional[MemoryProjection],
+                 kills: Tuple[OomdKill, ...], looping: bool) -> List[str]:
+        """Why the exposure is an error rather than a warning: oomd already kills the engine
+        in a loop, or its start leaves less than the headroom."""
+        reasons: List[str] = []
+        if kills and looping:
+            reasons.append(f"it has already killed the engine {len(kills)} time"
+                           f"{'s' if len(kills) != 1 else ''} (last {kills[-1].time or 'time unknown'})"
+                           f"{self._restarts(facts)}")
+        if projection is not None and projection.short:
+            reasons.append(f"the projected need leaves {format_bytes(projection.left)}, less than the "
+                           f"{format_bytes(projection.headroom)} headroom")
+        return reasons
+
+    def _nearby_detail(self, nearby: List[OomdKill]) -> str:
+        last = nearby[-1]
+        plural = "s" if len(nearby) != 1 else ""
+        return (f" oomd has already killed {len(nearby)} other cgroup{plural} under the cgroups it "
+                f"watches here (last {last.time}: {last.cgroup}, {last.reason}); the engine's "
+                "cgroup is a candidate in the same way.")
+
+    def _nearby_evidence(self, exposure: Exposure, nearby: List[OomdKill]) -> Evidence:
+        last = nearby[-1]
+        plural = "s" if len(nearby) != 1 else ""
+        watched = ", ".join(w.path for w in exposure.effective_watch)
+        return Evidence("$ journalctl -u systemd-oomd",
+                        f"{len(nearby)} kill{plural} under {watched}; last {last.time} {last.cgroup}")
 
     def _chain(
         self, ctx: HostContext, facts: OomdFacts, exposure: Exposure, evidence: Tuple[Evidence, ...],
@@ -312,20 +353,30 @@ class Oomd(Check):
             ev.append(Evidence(f"$ systemctl show {engine.unit}",
                                f"ManagedOOMPreference={engine.preference or 'none'} "
                                f"NRestarts={facts.n_restarts} Result={facts.result}"))
+        ev.append(self._settings_evidence(facts))
+        return ev + self._memory_evidence(facts) + self._journal_evidence(facts)
+
+    def _settings_evidence(self, facts: OomdFacts) -> Evidence:
         st = facts.settings
-        ev.append(Evidence(", ".join(st.files) or "oomd.conf (defaults)",
-                           f"SwapUsedLimit={st.swap_used_limit:g}% "
-                           f"DefaultMemoryPressureLimit={st.pressure_limit:g}% "
-                           f"DefaultMemoryPressureDurationSec={st.pressure_duration:g}s"))
+        return Evidence(", ".join(st.files) or "oomd.conf (defaults)",
+                        f"SwapUsedLimit={st.swap_used_limit:g}% "
+                        f"DefaultMemoryPressureLimit={st.pressure_limit:g}% "
+                        f"DefaultMemoryPressureDurationSec={st.pressure_duration:g}s")
+
+    def _memory_evidence(self, facts: OomdFacts) -> List[Evidence]:
+        ev = []
         if facts.swap_total is not None:
             ev.append(Evidence("/proc/meminfo", f"SwapTotal={format_bytes(facts.swap_total)} "
                                f"SwapFree={format_bytes(facts.swap_free or 0)}"))
         if facts.pressure:
             ev.append(Evidence("/proc/pressure/memory", self._pressure_text(facts)))
+        return ev
+
+    def _journal_evidence(self, facts: OomdFacts) -> List[Evidence]:
         kills = facts.engine_kills()
         if kills:
-            ev.append(Evidence("$ journalctl -u systemd-oomd", f"{len(kills)} kills of the engine, last "
-                               f"{kills[-1].time}: {kills[-1].reason}"))
-        elif facts.journal_reason:
-            ev.append(Evidence("$ journalctl -u systemd-oomd", facts.journal_reason))
-        return ev
+            return [Evidence("$ journalctl -u systemd-oomd", f"{len(kills)} kills of the engine, last "
+                             f"{kills[-1].time}: {kills[-1].reason}")]
+        if facts.journal_reason:
+            return [Evidence("$ journalctl -u systemd-oomd", facts.journal_reason)]
+        return []

@@ -6,6 +6,7 @@ from typing import Iterator, List, Optional
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
+from strata_doctor.facts.oomd import Watched
 from strata_doctor.facts.parse import format_bytes
 from strata_doctor.fix.limits import swap_fix
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
@@ -40,54 +41,90 @@ class Swap(Check):
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         limits = ctx.engine_limits
         total = limits.swap_total or 0
-        used = total - (limits.swap_free or 0)
-        on = (f"{format_bytes(total)} of swap ({', '.join(limits.swap_devices) or 'no device listed'}), "
-              f"{format_bytes(used)} used")
         evidence: List[Evidence] = [Evidence("/proc/meminfo", f"SwapTotal={format_bytes(total)}, "
                                              f"SwapFree={format_bytes(limits.swap_free or 0)}")]
-        swap_max = limits.swap_max
-        if swap_max is not None:
-            evidence.append(Evidence(swap_max.source, swap_max.text))
-        if not total:
+        if limits.swap_max is not None:
+            evidence.append(Evidence(limits.swap_max.source, limits.swap_max.text))
+        verdict = self._verdict(ctx)
+        if verdict == "off":
             yield self.finding("off", Severity.OK, "no swap: the arena stays in RAM", evidence=evidence)
-            return
-        pinned = ctx.config.pinned_bytes
-        if swap_max is not None and swap_max.value == 0:
+        elif verdict == "swap-max-0":
+            swap_max = limits.swap_max
+            assert swap_max is not None
             yield self.finding("swap-max-0", Severity.OK,
-                               f"{on}; the engine's cgroup may not swap ({swap_max.text})", evidence=evidence)
-            return
-        setting = limits.setting("MemorySwapMax")
-        if setting is not None and setting[0].strip() in ("0", "0B", "0K", "0M", "0G"):
+                               f"{self._on(ctx)}; the engine's cgroup may not swap ({swap_max.text})",
+                               evidence=evidence)
+        elif verdict == "configured":
+            value, path = limits.setting("MemorySwapMax") or ("", "")
             yield self.finding(
                 "configured", Severity.INFO,
-                f"configured: MemorySwapMax={setting[0]} in {setting[1]}; takes effect when "
-                f"{ctx.config.unit} restarts ({on})", evidence=tuple(evidence))
-            return
-        if pinned and limits.locked >= pinned:
+                f"configured: MemorySwapMax={value} in {path}; takes effect when "
+                f"{ctx.config.unit} restarts ({self._on(ctx)})", evidence=tuple(evidence))
+        elif verdict == "locked":
             yield self.finding("locked", Severity.OK,
-                               f"{on}; the engine locks {format_bytes(limits.locked)}, its whole arena and "
-                               "K/V, which cannot be swapped", evidence=evidence)
-            return
-        watched = [w for w in ctx.oomd.watched() if w.kind == "swap"] if ctx.oomd.active else []
-        allowed = "memory.swap.max is max" if swap_max is None or swap_max.value is None else \
-            f"memory.swap.max is {format_bytes(swap_max.value)}"
-        if limits.cgroup is None:
-            allowed = "no cgroup limit known"
-        summary = f"{on} and the engine may use it ({allowed}): arena pages can be swapped out"
+                               f"{self._on(ctx)}; the engine locks {format_bytes(limits.locked)}, its whole "
+                               "arena and K/V, which cannot be swapped", evidence=evidence)
+        else:
+            yield self._swappable(ctx, evidence)
+
+    def _verdict(self, ctx: HostContext) -> str:
+        """The finding this host gets: whether there is swap and what keeps the arena out of it."""
+        limits = ctx.engine_limits
+        pinned = ctx.config.pinned_bytes
+        setting = limits.setting("MemorySwapMax")
+        if not limits.swap_total:
+            return "off"
+        if limits.swap_max is not None and limits.swap_max.value == 0:
+            return "swap-max-0"
+        if setting is not None and setting[0].strip() in ("0", "0B", "0K", "0M", "0G"):
+            return "configured"
+        if pinned and limits.locked >= pinned:
+            return "locked"
+        return "swappable"
+
+    def _on(self, ctx: HostContext) -> str:
+        limits = ctx.engine_limits
+        total = limits.swap_total or 0
+        used = total - (limits.swap_free or 0)
+        return (f"{format_bytes(total)} of swap ({', '.join(limits.swap_devices) or 'no device listed'}), "
+                f"{format_bytes(used)} used")
+
+    def _swappable(self, ctx: HostContext, evidence: List[Evidence]) -> Finding:
+        summary = (f"{self._on(ctx)} and the engine may use it ({self._allowed(ctx)}): arena pages can be "
+                   "swapped out")
         detail = ("Under memory pressure the kernel swaps out cold arena pages; an expert read that "
                   "hits one waits for the swap-in, which shows as latency spikes first.")
-        severity = Severity.INFO
+        watched = self._swap_watches(ctx)
         if watched:
-            severity = Severity.WARNING
-            paths = ", ".join(w.path or "/" for w in watched)
-            limit = ctx.oomd.dump.swap_used_limit if ctx.oomd.dump and ctx.oomd.dump.swap_used_limit else \
-                ctx.oomd.settings.swap_used_limit
-            summary += f"; systemd-oomd watches swap on {paths} and kills the cgroup using the most " \
-                f"swap once swap is {limit:g}% full"
+            summary += self._oomd_kill(ctx, watched)
             evidence += [Evidence(w.source or "oomctl dump", f"ManagedOOMSwap=kill on {w.path or '/'}")
                          for w in watched]
-        yield self.finding("swappable", severity, summary, detail=detail, evidence=evidence,
-                           fix=self._fix(ctx))
+        severity = Severity.WARNING if watched else Severity.INFO
+        return self.finding("swappable", severity, summary, detail=detail, evidence=evidence,
+                            fix=self._fix(ctx))
+
+    def _swap_watches(self, ctx: HostContext) -> List[Watched]:
+        """The cgroups above the engine where a running oomd kills for swap."""
+        oomd = ctx.oomd
+        return [w for w in oomd.watched() if w.kind == "swap"] if oomd.active else []
+
+    def _oomd_kill(self, ctx: HostContext, watched: List[Watched]) -> str:
+        oomd = ctx.oomd
+        paths = ", ".join(w.path or "/" for w in watched)
+        limit = oomd.dump.swap_used_limit if oomd.dump and oomd.dump.swap_used_limit else \
+            oomd.settings.swap_used_limit
+        return (f"; systemd-oomd watches swap on {paths} and kills the cgroup using the most "
+                f"swap once swap is {limit:g}% full")
+
+    def _allowed(self, ctx: HostContext) -> str:
+        """What the engine's cgroup lets it swap, as the finding says it."""
+        limits = ctx.engine_limits
+        if limits.cgroup is None:
+            return "no cgroup limit known"
+        swap_max = limits.swap_max
+        if swap_max is None or swap_max.value is None:
+            return "memory.swap.max is max"
+        return f"memory.swap.max is {format_bytes(swap_max.value)}"
 
     def _fix(self, ctx: HostContext) -> Optional[Fix]:
         limits = ctx.engine_limits
