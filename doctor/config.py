@@ -193,12 +193,11 @@ def load_config(root: Root, path: Optional[str]) -> EngineConfig:
 
 def _load_config(root: Root, path: Optional[str]) -> EngineConfig:
     if path is not None:
-        text, source = _read_named(path), path
-    else:
-        text = root.read(DEFAULT_CONFIG)
-        source = str(root.path(DEFAULT_CONFIG)) if not root.live else DEFAULT_CONFIG
-        if text is None:
-            return EngineConfig()
+        return parse_config(_parse_yaml(_read_named(path), path), path)
+    text = root.read(DEFAULT_CONFIG)
+    if text is None:
+        return EngineConfig()
+    source = str(root.path(DEFAULT_CONFIG)) if not root.live else DEFAULT_CONFIG
     return parse_config(_parse_yaml(text, source), source)
 
 
