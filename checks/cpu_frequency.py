@@ -45,83 +45,85 @@ class CpuFrequencyCheck(Check):
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         freq = ctx.cpu_frequency
         cpus, where = ctx.pool_cpus
-        scope = f"{where}'s {len(cpus)} CPUs ({format_cpulist(cpus)})" if where != "the host" \
-            else f"all {len(cpus)} CPUs"
+        scope = _scope(cpus, where)
         policies = freq.policies_of(cpus)
-        found = 0
         low = [p for p in policies if p.pinned_low]
-        if low:
-            found += 1
-            yield self._powersave(ctx, low, scope)
-        epp = [p for p in policies if p.epp in LOW_EPP and not p.pinned_low]
-        if epp:
-            found += 1
-            values = sorted({p.epp or "" for p in epp})
-            yield self.finding(
-                "power-preference", Severity.WARNING,
-                f"the energy/performance preference is {' and '.join(values)} on "
-                f"{_share(epp, cpus, scope)} ({_drivers(epp)}): the hardware favours power over speed",
-                detail=f"The {_drivers(epp)} driver lets the hardware pick the clock, biased by "
-                "energy_performance_preference; `power` and `balance_power` ramp slowly and stay "
-                "low under the pool's bursts. " + _advice_text(freq),
-                evidence=_policy_evidence(epp, "energy_performance_preference"),
-                fix=_advice(freq, "set the energy/performance preference to performance"),
-            )
-        turbo = self._turbo(freq)
-        if turbo is not None:
-            found += 1
-            path, value, how = turbo
-            yield self.finding(
-                "turbo-off", Severity.WARNING,
-                f"turbo is off ({path} = {value}): the pool's CPUs stop at their base clock",
-                detail="With turbo off the cores never go above the base frequency, even when "
-                f"the power and thermal budget allows. Turn it back on with `{how}` (until the "
-                "next boot; the setting that turned it off, a BIOS option, a TuneD profile or a "
-                "unit, must be changed to keep it).",
-                evidence=(Evidence(path, value),),
-                fix=Fix(summary=f"turn turbo back on: {how}", manual=(ManualStep(
-                    f"Run `{how}` as root, and remove whatever turned turbo off at boot (BIOS, "
-                    "TuneD profile, a unit); it costs power only while the cores run fast."),),
-                    takes_effect="now"),
-            )
-        if freq.platform_profile == "low-power":
-            found += 1
-            yield self.finding(
-                "low-power-profile", Severity.WARNING,
-                f"the ACPI platform profile is low-power ({PLATFORM_PROFILE}): the firmware caps "
-                "the package's power and clocks",
-                detail="The platform profile sets the firmware's power limits for the whole "
-                "machine. `echo performance > /sys/firmware/acpi/platform_profile` (or "
-                "`balanced`; `platform_profile_choices` lists what the firmware offers) lifts "
-                "them, at the cost of fan noise and power draw under load. A desktop's "
-                "power-saver mode (power-profiles-daemon: `powerprofilesctl set performance`) "
-                "sets this profile and the power preference together.",
-                evidence=(Evidence(PLATFORM_PROFILE, "low-power"),),
-                fix=Fix(summary="set the ACPI platform profile to performance", manual=(ManualStep(
-                    "Run `echo performance > /sys/firmware/acpi/platform_profile` as root (or pick "
-                    "it in the desktop's power settings); it costs power and fan noise under load."),),
-                    takes_effect="now"),
-            )
-        if not found:
+        found = [
+            self._powersave(ctx, low, scope) if low else None,
+            self._power_preference(freq, policies, cpus, scope),
+            self._turbo_off(freq),
+            self._low_power(freq),
+        ]
+        findings = [f for f in found if f is not None]
+        yield from findings
+        if not findings:
             yield self._fine(policies, scope)
+
+    def _power_preference(
+        self, freq: CpuFrequency, policies: Tuple[FreqPolicy, ...], cpus: FrozenSet[int], scope: str,
+    ) -> Optional[Finding]:
+        """The hardware told to favour power (not under a powersave governor that pins it low)."""
+        epp = [p for p in policies if p.epp in LOW_EPP and not p.pinned_low]
+        if not epp:
+            return None
+        values = sorted({p.epp or "" for p in epp})
+        return self.finding(
+            "power-preference", Severity.WARNING,
+            f"the energy/performance preference is {' and '.join(values)} on "
+            f"{_share(epp, cpus, scope)} ({_drivers(epp)}): the hardware favours power over speed",
+            detail=f"The {_drivers(epp)} driver lets the hardware pick the clock, biased by "
+            "energy_performance_preference; `power` and `balance_power` ramp slowly and stay "
+            "low under the pool's bursts. " + _advice_text(freq),
+            evidence=_policy_evidence(epp, "energy_performance_preference"),
+            fix=_advice(freq, "set the energy/performance preference to performance"),
+        )
+
+    def _turbo_off(self, freq: CpuFrequency) -> Optional[Finding]:
+        turbo = self._turbo(freq)
+        if turbo is None:
+            return None
+        path, value, how = turbo
+        return self.finding(
+            "turbo-off", Severity.WARNING,
+            f"turbo is off ({path} = {value}): the pool's CPUs stop at their base clock",
+            detail="With turbo off the cores never go above the base frequency, even when "
+            f"the power and thermal budget allows. Turn it back on with `{how}` (until the "
+            "next boot; the setting that turned it off, a BIOS option, a TuneD profile or a "
+            "unit, must be changed to keep it).",
+            evidence=(Evidence(path, value),),
+            fix=Fix(summary=f"turn turbo back on: {how}", manual=(ManualStep(
+                f"Run `{how}` as root, and remove whatever turned turbo off at boot (BIOS, "
+                "TuneD profile, a unit); it costs power only while the cores run fast."),),
+                takes_effect="now"),
+        )
+
+    def _low_power(self, freq: CpuFrequency) -> Optional[Finding]:
+        if freq.platform_profile != "low-power":
+            return None
+        return self.finding(
+            "low-power-profile", Severity.WARNING,
+            f"the ACPI platform profile is low-power ({PLATFORM_PROFILE}): the firmware caps "
+            "the package's power and clocks",
+            detail="The platform profile sets the firmware's power limits for the whole "
+            "machine. `echo performance > /sys/firmware/acpi/platform_profile` (or "
+            "`balanced`; `platform_profile_choices` lists what the firmware offers) lifts "
+            "them, at the cost of fan noise and power draw under load. A desktop's "
+            "power-saver mode (power-profiles-daemon: `powerprofilesctl set performance`) "
+            "sets this profile and the power preference together.",
+            evidence=(Evidence(PLATFORM_PROFILE, "low-power"),),
+            fix=Fix(summary="set the ACPI platform profile to performance", manual=(ManualStep(
+                "Run `echo performance > /sys/firmware/acpi/platform_profile` as root (or pick "
+                "it in the desktop's power settings); it costs power and fan noise under load."),),
+                takes_effect="now"),
+        )
 
     def _powersave(self, ctx: HostContext, low: List[FreqPolicy], scope: str) -> Finding:
         freq = ctx.cpu_frequency
         cpus = ctx.pool_cpus[0]
-        cur = sorted({p.cur_khz for p in low if p.cur_khz})
-        lowest = sorted({p.min_khz for p in low if p.min_khz})
-        highest = sorted({p.max_khz for p in low if p.max_khz})
-        clock = f" at {_ghz(cur[0])}" if len(cur) == 1 else (
-            f" at {_ghz(cur[0])}-{_ghz(cur[-1])}" if cur else "")
-        bounds = ""
-        if lowest and highest:
-            bounds = f" (range {lowest[0] / 1e6:.2f}-{_ghz(highest[-1])})"
-        if cur and lowest and cur == lowest:
-            clock += ", their lowest clock"
         every = "all of " if len(low) == len(freq.policies_of(cpus)) else f"{_count(low, cpus)} of "
         return self.finding(
             "powersave", Severity.WARNING,
-            f"the powersave governor of {_drivers(low)} holds {every}{scope}{clock}{bounds}",
+            f"the powersave governor of {_drivers(low)} holds {every}{scope}{_clock(low)}",
             detail=f"With {_drivers(low)}, the powersave governor always picks the lowest "
             "frequency, whatever the load: the expert pool computes its routed experts at that "
             "clock. " + _advice_text(freq),
@@ -150,6 +152,30 @@ class CpuFrequencyCheck(Check):
             + (f" with energy/performance preference {', '.join(epps)}" if epps else ""),
             evidence=_policy_evidence(policies, "scaling_governor"),
         )
+
+
+def _clock(low: List[FreqPolicy]) -> str:
+    """The clocks the policies hold now, and their range: `` at 1.20 GHz, their lowest clock
+    (range 1.20-3.70 GHz)``."""
+    cur = sorted({p.cur_khz for p in low if p.cur_khz})
+    lowest = sorted({p.min_khz for p in low if p.min_khz})
+    clock = f" at {_ghz(cur[0])}" if len(cur) == 1 else (
+        f" at {_ghz(cur[0])}-{_ghz(cur[-1])}" if cur else "")
+    if cur and lowest and cur == lowest:
+        clock += ", their lowest clock"
+    return clock + _clock_range(low, lowest)
+
+
+def _clock_range(low: List[FreqPolicy], lowest: List[int]) -> str:
+    highest = sorted({p.max_khz for p in low if p.max_khz})
+    return f" (range {lowest[0] / 1e6:.2f}-{_ghz(highest[-1])})" if lowest and highest else ""
+
+
+def _scope(cpus: FrozenSet[int], where: str) -> str:
+    """The pool's CPUs, said for where they are."""
+    if where == "the host":
+        return f"all {len(cpus)} CPUs"
+    return f"{where}'s {len(cpus)} CPUs ({format_cpulist(cpus)})"
 
 
 def _count(policies: List[FreqPolicy], cpus: FrozenSet[int]) -> str:

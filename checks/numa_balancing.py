@@ -7,6 +7,8 @@ from typing import Iterator, List, Optional
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
 from strata_doctor.facts.cpu_policy import NUMA_BALANCING, VMSTAT
+from strata_doctor.facts.cpu_policy import NumaBalancing as NumaBalancingFacts
+from strata_doctor.facts.sysctl import SysctlSetting
 from strata_doctor.fix.memory import sysctl_fix, sysctl_placement
 from strata_doctor.model import Evidence, Finding, Fix, Severity
 
@@ -41,59 +43,63 @@ class NumaBalancing(Check):
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         facts = ctx.numa_balancing
-        nodes = ctx.numa.cpu_nodes
         configured = ctx.hugepages.sysctl.last(KEY)
         if facts.mode is None:
-            if facts.unread == "missing":
-                yield self.finding(
-                    "unsupported", Severity.OK,
-                    f"{NUMA_BALANCING} is absent: a kernel built without automatic NUMA balancing "
-                    "(CONFIG_NUMA_BALANCING), or a capture without the file",
-                    evidence=(Evidence(NUMA_BALANCING, "missing"),),
-                )
-            else:
-                yield self.finding(
-                    "unreadable", Severity.INFO,
-                    f"{NUMA_BALANCING} could not be read ({facts.unread or 'not a number'})",
-                )
+            yield self._unread(facts)
             return
         evidence: List[Evidence] = [Evidence(NUMA_BALANCING, str(facts.mode))]
         if configured is not None:
             evidence.append(Evidence(configured.path, f"{KEY} = {configured.value}"))
         if not facts.on:
-            back = configured if configured is not None and configured.value.strip() not in ("0", "") \
-                else None
-            comes_back = back is not None
-            yield self.finding(
-                "off", Severity.WARNING if comes_back else Severity.OK,
-                f"automatic NUMA balancing is off ({KEY} = 0)"
-                + (f", but {back.path} sets {back.value} at the next boot" if back is not None else ""),
-                evidence=tuple(evidence),
-                fix=self._fix(ctx, "off") if comes_back else None,
-            )
-            return
-        if configured is not None and configured.value.strip() == "0":
+            yield self._off(ctx, configured, evidence)
+        elif configured is not None and configured.value.strip() == "0":
             yield self.finding(
                 "configured", Severity.INFO,
                 f"{configured.path} turns automatic NUMA balancing off; it is on until "
                 "`sysctl --system` or the next boot",
                 evidence=tuple(evidence),
             )
-            return
-        migrated = facts.counter("numa_pages_migrated")
-        faults = facts.counter("numa_hint_faults")
+        else:
+            yield self._enabled(ctx, facts, evidence)
+
+    def _unread(self, facts: NumaBalancingFacts) -> Finding:
+        if facts.unread == "missing":
+            return self.finding(
+                "unsupported", Severity.OK,
+                f"{NUMA_BALANCING} is absent: a kernel built without automatic NUMA balancing "
+                "(CONFIG_NUMA_BALANCING), or a capture without the file",
+                evidence=(Evidence(NUMA_BALANCING, "missing"),),
+            )
+        return self.finding(
+            "unreadable", Severity.INFO,
+            f"{NUMA_BALANCING} could not be read ({facts.unread or 'not a number'})",
+        )
+
+    def _off(
+        self, ctx: HostContext, configured: Optional[SysctlSetting], evidence: List[Evidence],
+    ) -> Finding:
+        """Off now; a warning when a sysctl.d file turns it back on at the next boot."""
+        back = configured if configured is not None and configured.value.strip() not in ("0", "") \
+            else None
+        return self.finding(
+            "off", Severity.WARNING if back is not None else Severity.OK,
+            f"automatic NUMA balancing is off ({KEY} = 0)"
+            + (f", but {back.path} sets {back.value} at the next boot" if back is not None else ""),
+            evidence=tuple(evidence),
+            fix=self._fix(ctx, "off") if back is not None else None,
+        )
+
+    def _enabled(self, ctx: HostContext, facts: NumaBalancingFacts, evidence: List[Evidence]) -> Finding:
+        nodes = ctx.numa.cpu_nodes
         if facts.counters:
             evidence.append(Evidence(VMSTAT, " ".join(f"{k}={v}" for k, v in facts.counters)))
-        since_boot = ""
-        if migrated is not None and faults is not None:
-            since_boot = (f"; since boot it has taken {faults:,} hinting faults and migrated "
-                          f"{migrated:,} pages ({migrated * 4 / 2**20:.1f} GiB)")
-        mode = {1: "on", 2: "in memory-tiering mode"}.get(facts.mode, f"on (mode {facts.mode})")
+        mode = {1: "on", 2: "in memory-tiering mode"}.get(facts.mode or 0, f"on (mode {facts.mode})")
         node_text = ", ".join(str(n.id) for n in nodes)
-        yield self.finding(
+        return self.finding(
             "enabled", Severity.WARNING,
             f"automatic NUMA balancing is {mode} ({KEY} = {facts.mode}) on {len(nodes)} CPU nodes "
-            f"({node_text}): the kernel migrates the arena's pages while the pool reads them{since_boot}",
+            f"({node_text}): the kernel migrates the arena's pages while the pool reads them"
+            + _since_boot(facts),
             detail="The kernel unmaps pages at intervals to sample which CPUs touch them, then "
             "moves them toward those CPUs: every sample is a fault in the expert pool's reads, "
             "every move a copy, and a binding to the GPU's node is undone page by page when "
@@ -119,3 +125,13 @@ class NumaBalancing(Check):
                 f"{HUGEPAGES_KEY}, which the hugepages fix writes) and apply it now",
             )
         return fix
+
+
+def _since_boot(facts: NumaBalancingFacts) -> str:
+    """The hinting faults and migrations since boot, when vmstat has both counters."""
+    migrated = facts.counter("numa_pages_migrated")
+    faults = facts.counter("numa_hint_faults")
+    if migrated is None or faults is None:
+        return ""
+    return (f"; since boot it has taken {faults:,} hinting faults and migrated "
+            f"{migrated:,} pages ({migrated * 4 / 2**20:.1f} GiB)")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.facts.numa import NODE_DIR
+from strata_doctor.facts.numa import NODE_DIR, NumaNode
 from strata_doctor.facts.parse import format_bytes, format_cpulist
 from strata_doctor.model import Evidence, Finding, Severity
 
@@ -75,13 +75,7 @@ class NumaTopology(Check):
 
     def _layout(self, ctx: HostContext, evidence: tuple[Evidence, ...]) -> Finding:
         numa = ctx.numa
-        cpu_nodes = numa.cpu_nodes
-        local = min((d for n in cpu_nodes for o, d in n.distances if o == n.id), default=10)
-        cpu_ids = {n.id for n in cpu_nodes}
-        remote = max(
-            (d for n in cpu_nodes for o, d in n.distances if o != n.id and o in cpu_ids and d),
-            default=0,
-        )
+        local, remote = _local_remote(numa.cpu_nodes)
         parts = [
             f"node{n.id}: {format_cpulist(n.cpus) or 'no CPUs'}, {_memory(n.memory_total)}"
             for n in numa.nodes
@@ -124,6 +118,18 @@ class NumaTopology(Check):
                     f"node {node.id} has CPUs ({format_cpulist(node.cpus)}) but no memory: "
                     "its CPUs always read remote memory",
                 )
+
+
+def _local_remote(cpu_nodes: Tuple[NumaNode, ...]) -> Tuple[int, int]:
+    """The smallest local distance (10 when none is given) and the largest distance between
+    two CPU nodes (0 when none is given)."""
+    local = min((d for n in cpu_nodes for o, d in n.distances if o == n.id), default=10)
+    cpu_ids = {n.id for n in cpu_nodes}
+    remote = max(
+        (d for n in cpu_nodes for o, d in n.distances if o != n.id and o in cpu_ids and d),
+        default=0,
+    )
+    return local, remote
 
 
 def _memory(total: Optional[int]) -> str:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
 from strata_doctor.facts.cpu_policy import DETECT_VIRT
+from strata_doctor.facts.numa import NumaNode
 from strata_doctor.facts.parse import format_bytes
 from strata_doctor.model import Evidence, Finding, Severity
 
@@ -46,12 +47,7 @@ class SubNumaClustering(Check):
         return None
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
-        package_of = dict(ctx.cpu.package_of)
-        by_package: Dict[int, List[int]] = {}
-        for node in ctx.numa.cpu_nodes:
-            packages = sorted({package_of[c] for c in node.cpus if c in package_of})
-            for package in packages[:1]:  # a node inside one package (firmware never splits it)
-                by_package.setdefault(package, []).append(node.id)
+        by_package = _nodes_by_package(ctx)
         sockets = len(by_package)
         nodes = sum(len(ids) for ids in by_package.values())
         if nodes < len(ctx.numa.cpu_nodes):
@@ -75,42 +71,77 @@ class SubNumaClustering(Check):
                 evidence=evidence,
             )
             return
-        per = sorted({len(n) for n in by_package.values()})
-        per_text = f"{per[0]} NUMA nodes per socket" if len(per) == 1 else \
-            f"{'-'.join(map(str, (per[0], per[-1])))} NUMA nodes per socket"
         yield self.finding(
             "split", Severity.INFO,
-            f"{per_text}: SNC or NPS is on ({layout})",
+            f"{_per_socket(by_package)}: SNC or NPS is on ({layout})",
             detail=self._detail(ctx, by_package),
             evidence=evidence,
         )
 
     def _detail(self, ctx: HostContext, by_package: Dict[int, List[int]]) -> str:
-        numa = ctx.numa
-        text = ("Sub-NUMA clustering (Intel SNC or Cluster-on-Die) or AMD NPS2/NPS4 splits each "
-                "socket into nodes with a share of its memory channels. ")
-        node_id = ctx.target_node
-        node = numa.node(node_id) if node_id is not None else None
-        pinned = ctx.config.pinned_bytes
-        socket = next((ids for ids in by_package.values() if node_id in ids), None)
-        if node is not None and socket is not None and pinned is not None:
-            need = pinned + ctx.config.headroom_bytes
-            node_mem = node.memory_total or 0
-            socket_mem = sum((numa.node(n) or node).memory_total or 0 for n in socket)
-            others = ",".join(str(n) for n in socket)
-            sums = (f"arena + K/V + headroom = {format_bytes(need)}; node {node_id} (the GPU's) has "
-                    f"{format_bytes(node_mem)}, its socket's nodes {others} have {format_bytes(socket_mem)}")
-            if need <= node_mem:
-                text += f"Here {sums}: the arena fits node {node_id} alone, so the plan binds to it. "
-            elif need <= socket_mem:
-                plan = ctx.binding_plan
-                how = f" ({plan.policy})" if plan is not None else ""
-                text += (f"Here {sums}: the arena fits the socket but not the node, so the binding "
-                         f"plan uses nodes {others}{how}, which is why numa-binding names several nodes. ")
-            else:
-                text += f"Here {sums}: the arena fits neither; see arena-fit. "
-        text += ("The alternative is the BIOS: SNC off (Intel) or NPS1 (AMD) makes each socket one "
-                 "node, so the whole socket's memory is local to the GPU's node. ktransformers users "
-                 "report OOMs from this layout (its issues #1147 and #1730) when a process is bound "
-                 "to one sub-node.")
-        return text
+        return ("Sub-NUMA clustering (Intel SNC or Cluster-on-Die) or AMD NPS2/NPS4 splits each "
+                "socket into nodes with a share of its memory channels. "
+                + _fit(ctx, by_package)
+                + "The alternative is the BIOS: SNC off (Intel) or NPS1 (AMD) makes each socket one "
+                "node, so the whole socket's memory is local to the GPU's node. ktransformers users "
+                "report OOMs from this layout (its issues #1147 and #1730) when a process is bound "
+                "to one sub-node.")
+
+
+def _nodes_by_package(ctx: HostContext) -> Dict[int, List[int]]:
+    """The CPU nodes of each package (a node whose CPUs name no package is left out)."""
+    package_of = dict(ctx.cpu.package_of)
+    by_package: Dict[int, List[int]] = {}
+    for node in ctx.numa.cpu_nodes:
+        packages = sorted({package_of[c] for c in node.cpus if c in package_of})
+        for package in packages[:1]:  # a node inside one package (firmware never splits it)
+            by_package.setdefault(package, []).append(node.id)
+    return by_package
+
+
+def _per_socket(by_package: Dict[int, List[int]]) -> str:
+    per = sorted({len(n) for n in by_package.values()})
+    if len(per) == 1:
+        return f"{per[0]} NUMA nodes per socket"
+    return f"{'-'.join(map(str, (per[0], per[-1])))} NUMA nodes per socket"
+
+
+def _fit(ctx: HostContext, by_package: Dict[int, List[int]]) -> str:
+    """Whether the arena fits the target node, its socket's nodes, or neither, with the
+    host's numbers; empty without a target node or an arena size."""
+    numa = ctx.numa
+    found = _target_socket(ctx, by_package)
+    pinned = ctx.config.pinned_bytes
+    if found is None or pinned is None:
+        return ""
+    node, socket = found
+    node_id = node.id
+    need = pinned + ctx.config.headroom_bytes
+    node_mem = node.memory_total or 0
+    socket_mem = sum((numa.node(n) or node).memory_total or 0 for n in socket)
+    others = ",".join(str(n) for n in socket)
+    sums = (f"arena + K/V + headroom = {format_bytes(need)}; node {node_id} (the GPU's) has "
+            f"{format_bytes(node_mem)}, its socket's nodes {others} have {format_bytes(socket_mem)}")
+    if need <= node_mem:
+        return f"Here {sums}: the arena fits node {node_id} alone, so the plan binds to it. "
+    return _beyond_node(ctx, sums, others, need <= socket_mem)
+
+
+def _target_socket(
+    ctx: HostContext, by_package: Dict[int, List[int]],
+) -> Optional[Tuple[NumaNode, List[int]]]:
+    """The target node and its socket's nodes; None without a target node in a known socket."""
+    node_id = ctx.target_node
+    node = ctx.numa.node(node_id) if node_id is not None else None
+    socket = next((ids for ids in by_package.values() if node_id in ids), None)
+    return (node, socket) if node is not None and socket is not None else None
+
+
+def _beyond_node(ctx: HostContext, sums: str, others: str, fits_socket: bool) -> str:
+    """An arena too big for the node: the socket's nodes take it, or nothing does."""
+    if fits_socket:
+        plan = ctx.binding_plan
+        how = f" ({plan.policy})" if plan is not None else ""
+        return (f"Here {sums}: the arena fits the socket but not the node, so the binding "
+                f"plan uses nodes {others}{how}, which is why numa-binding names several nodes. ")
+    return f"Here {sums}: the arena fits neither; see arena-fit. "
