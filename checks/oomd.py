@@ -63,7 +63,7 @@ class Oomd(Check):
             yield self._unseen(verdict, facts, state_ev)
             return
         exposure = ctx.exposure
-        evidence = (state_ev, *self._evidence(ctx, facts, exposure))
+        evidence = (state_ev, *self._evidence(facts, exposure))
         if verdict == "not-watched":
             yield self._not_watched(facts, exposure, evidence)
         elif verdict == "configured":
@@ -73,7 +73,7 @@ class Oomd(Check):
                 f"configured: ManagedOOMPreference={value} in {path}; takes effect after "
                 f"`systemctl daemon-reload` and a restart of {facts.engine_unit}",
                 detail="Until then systemd-oomd may still pick the engine: "
-                + self._mechanism(facts, exposure, ctx),
+                + self._mechanism(facts, exposure),
                 evidence=evidence,
             )
         elif verdict == "protected":
@@ -158,7 +158,7 @@ class Oomd(Check):
                    f"{self._watch_list(facts, exposure)}")
         if reasons:
             summary += "; " + "; ".join(reasons)
-        detail = self._mechanism(facts, exposure, ctx)
+        detail = self._mechanism(facts, exposure)
         if projection is not None:
             detail += f" Projected after the engine's start: {projection.arithmetic}."
         if kills and not looping:
@@ -209,7 +209,7 @@ class Oomd(Check):
         pool, need = a.pool, a.need
         assert pool is not None and need is not None
         kills = facts.engine_kills()
-        watch = self._pressure_watch(facts, exposure)
+        watch = self._pressure_watch(exposure)
         limit_text = self._limit_text(facts, watch)
         killed = (f"{len(kills)} kill{'s' if len(kills) != 1 else ''} of it in the journal, last "
                   f"{kills[-1].time}" if kills else "no kill in the journal read")
@@ -230,7 +230,7 @@ class Oomd(Check):
             + (f" {projection.arithmetic}." if projection else ""),
             "3. Memory pressure: the load reclaims and compacts memory; "
             + (facts.pressure_reason or "/proc/pressure/memory now: " + self._pressure_text(facts)) + ".",
-            f"4. oomd kill: {self._mechanism(facts, exposure, ctx)}"
+            f"4. oomd kill: {self._mechanism(facts, exposure)}"
             + (f" Kills in the journal: {'; '.join(f'{k.time} {k.cgroup}' for k in kills[-3:])}."
                if kills else ""),
             f"5. Restart loop: systemd restarts {facts.engine_unit} into the same trap"
@@ -261,11 +261,11 @@ class Oomd(Check):
         limit, duration = facts.limit_of(watch)
         return f"{limit:g}% for {duration:g}s" + (f" on {watch.path}" if where else "")
 
-    def _pressure_watch(self, facts: OomdFacts, exposure: Exposure) -> Optional[Watched]:
+    def _pressure_watch(self, exposure: Exposure) -> Optional[Watched]:
         watches = exposure.effective_watch
         return next((w for w in watches if w.kind == "memory-pressure"), watches[0] if watches else None)
 
-    def _mechanism(self, facts: OomdFacts, exposure: Exposure, ctx: HostContext) -> str:
+    def _mechanism(self, facts: OomdFacts, exposure: Exposure) -> str:
         parts = []
         for w in exposure.effective_watch:
             if w.kind == "memory-pressure":
@@ -343,7 +343,7 @@ class Oomd(Check):
         return project_memory(ctx.hugepages, ctx.config, ctx.pool_assessment,
                               proc.resident_bytes if proc else 0)
 
-    def _evidence(self, ctx: HostContext, facts: OomdFacts, exposure: Exposure) -> List[Evidence]:
+    def _evidence(self, facts: OomdFacts, exposure: Exposure) -> List[Evidence]:
         ev = [Evidence(facts.cgroup_source or "cgroup", facts.engine_cgroup or "")]
         for w in exposure.watched:
             ev.append(Evidence(w.source or "oomd", f"{w.path}: {w.kind}"
