@@ -196,68 +196,127 @@ def _walk(root_fd: int, path: str, follow_last: bool, flags: Optional[int], miss
     exist). With ``strict_missing`` a missing component that came from a link's target (a
     dangling link) is an error naming the link: a folder is never created through one.
     """
-    queue = split(path)
-    original = len(queue)  # the path's own components are always the queue's tail
-    parts: List[str] = []
-    fds: List[int] = []
-    links = 0
-    via_link = ""
+    walk = _Walk(root_fd, path, follow_last, flags, missing_ok, strict_missing)
     try:
-        while queue:
-            from_link = len(queue) > original
-            name = queue.pop(0)
-            if not from_link:
-                original -= 1
-            if name == "..":
-                if parts:
-                    parts.pop()
-                    os.close(fds.pop())
-                continue
-            cur = fds[-1] if fds else root_fd
-            last = not queue
-            try:
-                info = os.stat(name, dir_fd=cur, follow_symlinks=False)
-            except FileNotFoundError:
-                if not missing_ok:
-                    raise OSError(errno.ENOENT, os.strerror(errno.ENOENT),
-                                  host_path([*parts, name])) from None
-                if strict_missing and from_link:
-                    raise OSError(errno.ENOENT, "a symlink to something missing", via_link) from None
-                existing = len(parts)
-                for rest in [name, *queue]:  # nothing below a missing folder can be a link
-                    if rest != "..":
-                        parts.append(rest)
-                    elif len(parts) > existing:
-                        parts.pop()
-                    else:
-                        raise OSError(errno.ENOENT, os.strerror(errno.ENOENT),
-                                      host_path([*parts, name])) from None
-                return -1, parts, existing
-            if stat.S_ISLNK(info.st_mode) and (follow_last or not last):
-                links += 1
-                if links > MAX_LINKS:
-                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), host_path([*parts, name]))
-                target = os.readlink(name, dir_fd=cur)
-                via_link = f"{host_path([*parts, name])} -> {target}"
-                if target.startswith("/"):
-                    while fds:
-                        os.close(fds.pop())
-                    parts = []
-                queue = split(target) + queue
-                continue
-            if last:
-                parts.append(name)
-                if flags is None:
-                    return -1, parts, len(parts)
-                return os.open(name, flags | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=cur), parts, len(parts)
-            if not stat.S_ISDIR(info.st_mode):
-                raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), host_path([*parts, name]))
-            fds.append(os.open(name, (_O_PATH or os.O_RDONLY) | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC,
-                               dir_fd=cur))
-            parts.append(name)
-        if flags is None:  # the path named the root itself or a folder reached through ".."
-            return -1, parts, len(parts)
-        return os.open(".", flags | _O_CLOEXEC, dir_fd=fds[-1] if fds else root_fd), parts, len(parts)
+        return walk.run()
     finally:
-        for fd in fds:
+        walk.close()
+
+
+_Walked = Tuple[int, List[str], int]
+"""What :func:`_walk` returns: a descriptor or -1, the resolved components, how many exist."""
+
+
+class _Walk:
+    """One resolution in progress: the components still to take, those taken, and a
+    descriptor of each folder taken (the last one is where the next step starts)."""
+
+    def __init__(self, root_fd: int, path: str, follow_last: bool, flags: Optional[int],
+                 missing_ok: bool, strict_missing: bool) -> None:
+        self.root_fd = root_fd
+        self.follow_last = follow_last
+        self.flags = flags
+        self.missing_ok = missing_ok
+        self.strict_missing = strict_missing
+        self.queue = split(path)
+        self.original = len(self.queue)  # the path's own components are always the queue's tail
+        self.parts: List[str] = []
+        self.fds: List[int] = []
+        self.links = 0
+        self.via_link = ""
+
+    def close(self) -> None:
+        """Close the descriptor of every folder taken."""
+        for fd in self.fds:
             os.close(fd)
+
+    def _cur(self) -> int:
+        return self.fds[-1] if self.fds else self.root_fd
+
+    def run(self) -> _Walked:
+        """Take every component; the answer of the step that ends the walk early, else the
+        folder reached."""
+        while self.queue:
+            done = self._step()
+            if done is not None:
+                return done
+        if self.flags is None:  # the path named the root itself or a folder reached through ".."
+            return -1, self.parts, len(self.parts)
+        return os.open(".", self.flags | _O_CLOEXEC, dir_fd=self._cur()), self.parts, len(self.parts)
+
+    def _step(self) -> Optional[_Walked]:
+        """Take the next component; an answer when the walk ends there."""
+        from_link = len(self.queue) > self.original
+        name = self.queue.pop(0)
+        if not from_link:
+            self.original -= 1
+        if name == "..":
+            self._up()
+            return None
+        cur = self._cur()
+        last = not self.queue
+        try:
+            info = os.stat(name, dir_fd=cur, follow_symlinks=False)
+        except FileNotFoundError:
+            return self._missing(name, from_link)
+        if stat.S_ISLNK(info.st_mode) and (self.follow_last or not last):
+            self._follow(name, cur)
+            return None
+        if last:
+            return self._open_last(name, cur)
+        self._descend(name, cur, info.st_mode)
+        return None
+
+    def _up(self) -> None:
+        """``..``: back one folder, never above the root."""
+        if self.parts:
+            self.parts.pop()
+            os.close(self.fds.pop())
+
+    def _missing(self, name: str, from_link: bool) -> _Walked:
+        """``name`` does not exist: the rest of the path as written, or the refusal."""
+        if not self.missing_ok:
+            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT),
+                          host_path([*self.parts, name])) from None
+        if self.strict_missing and from_link:
+            raise OSError(errno.ENOENT, "a symlink to something missing", self.via_link) from None
+        existing = len(self.parts)
+        for rest in [name, *self.queue]:  # nothing below a missing folder can be a link
+            if rest != "..":
+                self.parts.append(rest)
+            elif len(self.parts) > existing:
+                self.parts.pop()
+            else:
+                raise OSError(errno.ENOENT, os.strerror(errno.ENOENT),
+                              host_path([*self.parts, name])) from None
+        return -1, self.parts, existing
+
+    def _follow(self, name: str, cur: int) -> None:
+        """Put the target of the link ``name`` in its place; an absolute one starts again at
+        the root."""
+        self.links += 1
+        if self.links > MAX_LINKS:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), host_path([*self.parts, name]))
+        target = os.readlink(name, dir_fd=cur)
+        self.via_link = f"{host_path([*self.parts, name])} -> {target}"
+        if target.startswith("/"):
+            while self.fds:
+                os.close(self.fds.pop())
+            self.parts = []
+        self.queue = split(target) + self.queue
+
+    def _open_last(self, name: str, cur: int) -> _Walked:
+        """The last component, opened with ``O_NOFOLLOW`` (or only named, without flags)."""
+        self.parts.append(name)
+        if self.flags is None:
+            return -1, self.parts, len(self.parts)
+        fd = os.open(name, self.flags | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=cur)
+        return fd, self.parts, len(self.parts)
+
+    def _descend(self, name: str, cur: int, mode: int) -> None:
+        """Into the folder ``name``, held open so the next step starts from it."""
+        if not stat.S_ISDIR(mode):
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), host_path([*self.parts, name]))
+        self.fds.append(os.open(name, (_O_PATH or os.O_RDONLY) | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC,
+                                dir_fd=cur))
+        self.parts.append(name)

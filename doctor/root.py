@@ -2,15 +2,9 @@
 
 ``Root("/")`` reads the live host; ``Root("tests/fixtures/hosts/seed-box")`` replays a
 captured one. Every read is recorded, so ``report --bundle`` captures exactly what the
-checks looked at, and a new check is captured without more work.
-
-Capture layout for what is not a file (documented in docs/capture-layout.md)::
-
-    DIR/.strata-doctor/commands/<key>.txt   stdout of the command
-    DIR/.strata-doctor/commands/<key>.rc    exit status (absent means 0)
-    DIR/.strata-doctor/commands/<key>.err   stderr, when there was any
-
-A command whose ``.txt`` is absent under a captured root was not found on that host.
+checks looked at, and a new check is captured without more work. The records and the
+capture layout they replay from (docs/capture-layout.md) are :mod:`strata_doctor.capture`'s;
+the names it defines are importable from here, as plug-in checks and launchers import them.
 
 Under a captured root every path is resolved inside the root (docs/fix.md#safety): an
 absolute link target is taken relative to the root and ``..`` never climbs above it, so
@@ -22,70 +16,57 @@ would leave the root, or ends in a link, goes through :mod:`strata_doctor.inroot
 
 import errno
 import os
-import stat
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional
+
+from strata_doctor.capture import (
+    CAPTURE_DIR,
+    COMMANDS_DIR,
+    DEFAULT_TIMEOUT,
+    STAT_FILE,
+    XCOMP_COMMAND,
+    Command,
+    CommandResult,
+    FileStat,
+    Records,
+    captured_stats,
+    captured_status,
+    command_capture,
+    command_key,
+)
+from strata_doctor.fileread import (
+    DIR_FLAGS,
+    NOFOLLOW,
+    NONBLOCK,
+    OPEN_FLAGS,
+    plain_path,
+    read_all,
+    read_optional,
+    regular,
+)
 
 if TYPE_CHECKING:
     from strata_doctor.inroot import InRoot
 
-CAPTURE_DIR = ".strata-doctor"
-COMMANDS_DIR = f"{CAPTURE_DIR}/commands"
-STAT_FILE = f"{CAPTURE_DIR}/stat.json"
-DEFAULT_TIMEOUT = 5.0
+__all__ = [
+    "CAPTURE_DIR",
+    "COMMANDS_DIR",
+    "DEFAULT_TIMEOUT",
+    "STAT_FILE",
+    "XCOMP_COMMAND",
+    "Command",
+    "CommandResult",
+    "FileStat",
+    "Records",
+    "Root",
+    "command_key",
+]
 
 
-class FileStat(NamedTuple):
-    """What ``stat`` says of a file that is not read (hugetlbfs files can be many GiB)."""
-
-    size: int
-    """Size in bytes."""
-    uid: int
-    """Owner's user id."""
-    mode: int
-    """``st_mode``, type bits included."""
-
-
-class CommandResult(NamedTuple):
-    """What one external command produced."""
-
-    key: str
-    """Stable name of the command, used as its capture file name."""
-    argv: Tuple[str, ...]
-    """The command line as run on a live host."""
-    status: Optional[int]
-    """Exit status; None when the command was not found or timed out."""
-    stdout: str
-    """Standard output, decoded as UTF-8 with replacement."""
-    stderr: str = ""
-    """Standard error, decoded likewise."""
-    missing: bool = False
-    """True when the program does not exist on the host."""
-    timed_out: bool = False
-    """True when the command ran past its timeout."""
-
-    @property
-    def ok(self) -> bool:
-        """True when the command ran and exited 0."""
-        return self.status == 0
-
-    @property
-    def display(self) -> str:
-        """The command line for evidence lines."""
-        return "$ " + " ".join(self.argv)
-
-
-class Command(NamedTuple):
-    """An external command the checks may need, with its capture key."""
-
-    key: str
-    argv: Tuple[str, ...]
-    timeout: float = DEFAULT_TIMEOUT
-
-
-class Root:
-    """A host's file system root plus its command runner.
+class Root(Records):
+    """A host's file system root plus its command runner; what it reads and runs is kept
+    in its :class:`~strata_doctor.capture.Records`.
 
     Paths are host paths (``/sys/devices/...``); the root is prepended by joining parts,
     never with ``os.path.join(root, "/abs")``, which would discard the root.
@@ -96,16 +77,9 @@ class Root:
         self.live = self.base.resolve() == Path("/")
         # Reads join strings, not Paths: the process scan opens thousands of files.
         self._prefix = str(self.base).rstrip("/") + "/"
-        self._cache: Dict[str, Optional[bytes]] = {}
-        self._commands: Dict[str, CommandResult] = {}
+        super().__init__()
         self._lock = threading.Lock()
-        self.reads: Dict[str, Optional[str]] = {}
-        """Host path -> None when read, or the reason it could not be read."""
-        self.stats: Dict[str, Optional[FileStat]] = {}
-        """Host path -> its size, owner and mode, for files only stat'ed, never read."""
         self._stat_capture: Optional[Dict[str, FileStat]] = None
-        self.probes: Dict[str, bool] = {}
-        """Host path -> whether it existed, for paths only tested, never read."""
         self._real = "" if self.live else os.path.realpath(self.base)
         self._inside: Dict[str, bool] = {}
         self._resolver: Optional[InRoot] = None
@@ -118,7 +92,7 @@ class Root:
         if self.live or not rel:
             return self.base / rel if rel else self.base
         folder, _, name = rel.rpartition("/")
-        if _plain(folder, name) and self._folder_inside(folder):
+        if plain_path(folder, name) and self._folder_inside(folder):
             return self.base / rel
         return self._strict_path(host_path, False)
 
@@ -149,43 +123,51 @@ class Root:
         if self._inside.get(folder):
             return True
         try:
-            fd = os.open(self._prefix + folder if folder else str(self.base), _DIR_FLAGS)
+            fd = os.open(self._prefix + folder if folder else str(self.base), DIR_FLAGS)
         except FileNotFoundError:
-            # Missing both ways when its own folder resolves inside and it has no entry at
-            # all (a dangling link has one); then the path as written is the answer.
-            parent = folder.rpartition("/")[0]
-            if not folder or not self._folder_inside(parent):
-                return False
-            try:
-                os.lstat(self._prefix + folder)
-            except FileNotFoundError:
-                self._inside[folder] = True
-            return self._inside.get(folder, False)
+            return self._missing_inside(folder)
         except OSError:
             return False
+        inside = self._fd_inside(fd)
+        if inside:
+            self._inside[folder] = True
+        return inside
+
+    def _missing_inside(self, folder: str) -> bool:
+        """Whether a folder that cannot be opened is missing both ways: its own folder
+        resolves inside and it has no entry at all (a dangling link has one); then the path
+        as written is the answer."""
+        parent = folder.rpartition("/")[0]
+        if not folder or not self._folder_inside(parent):
+            return False
+        try:
+            os.lstat(self._prefix + folder)
+        except FileNotFoundError:
+            self._inside[folder] = True
+        return self._inside.get(folder, False)
+
+    def _fd_inside(self, fd: int) -> bool:
+        """Whether the folder open as ``fd`` (closed here) really lies inside the root."""
         try:
             real = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             return False
         finally:
             os.close(fd)
-        inside = real == self._real or real.startswith(self._real.rstrip("/") + "/")
-        if inside:
-            self._inside[folder] = True
-        return inside
+        return real == self._real or real.startswith(self._real.rstrip("/") + "/")
 
     def _open(self, host_path: str, rel: str) -> int:
         """A read-only descriptor of a host file, resolved inside the root."""
         if self.live:
-            return os.open(self._prefix + rel if rel else str(self.base), _OPEN_FLAGS)
+            return os.open(self._prefix + rel if rel else str(self.base), OPEN_FLAGS)
         folder, _, name = rel.rpartition("/")
-        if _plain(folder, name) and self._folder_inside(folder):
+        if plain_path(folder, name) and self._folder_inside(folder):
             try:
-                return _regular(os.open(self._prefix + rel, _OPEN_FLAGS | _NOFOLLOW | _NONBLOCK))
+                return regular(os.open(self._prefix + rel, OPEN_FLAGS | NOFOLLOW | NONBLOCK))
             except OSError as exc:
                 if exc.errno != errno.ELOOP:  # ELOOP: the file is a link; follow it inside the root
                     raise
-        return _regular(self._in_root().open(host_path, os.O_RDONLY | _NONBLOCK))
+        return regular(self._in_root().open(host_path, os.O_RDONLY | NONBLOCK))
 
     def read_bytes(self, host_path: str) -> Optional[bytes]:
         """Read a whole file in one call; None when it is missing or unreadable."""
@@ -193,7 +175,7 @@ class Root:
             return self._cache[host_path]
         data: Optional[bytes]
         try:
-            data = _read_all(self._open(host_path, host_path.lstrip("/")))
+            data = read_all(self._open(host_path, host_path.lstrip("/")))
             reason = None
         except FileNotFoundError:
             data, reason = None, "missing"
@@ -233,10 +215,6 @@ class Root:
         found = os.path.isdir(self.resolved(host_path))
         self.probes.setdefault(host_path, found)
         return found
-
-    def content(self, host_path: str) -> Optional[bytes]:
-        """What an earlier read of ``host_path`` returned (None if never read or unreadable)."""
-        return self._cache.get(host_path)
 
     def listdir(self, host_path: str) -> List[str]:
         """Sorted entries of a host directory; empty when missing or unreadable."""
@@ -289,29 +267,25 @@ class Root:
 
     def _captured_stats(self) -> Dict[str, FileStat]:
         if self._stat_capture is None:
-            import json
-
             self._stat_capture = {}
-            text = _read_optional(self.resolved(f"/{STAT_FILE}"))
-            try:
-                rows = json.loads(text) if text else {}
-            except ValueError:
-                rows = {}
-            for path, row in (rows.items() if isinstance(rows, dict) else ()):
-                try:
-                    self._stat_capture[path] = FileStat(int(row["size"]), int(row["uid"]), int(row["mode"]))
-                except (KeyError, TypeError, ValueError):
-                    continue
+            text = read_optional(self.resolved(f"/{STAT_FILE}"))
+            for path, found in captured_stats(text):
+                self._stat_capture[path] = found
         return self._stat_capture
 
     # -- commands ------------------------------------------------------------
     def run(self, command: Command) -> CommandResult:
         """Run one command (live) or replay its capture; results are cached by key."""
+        return self._once(command, self._execute)
+
+    def _once(self, command: Command, live: Callable[[Command], CommandResult]) -> CommandResult:
+        """The kept result of ``command``, else ``live``'s (on a live host) or the capture's,
+        kept from now on."""
         with self._lock:
             cached = self._commands.get(command.key)
         if cached is not None:
             return cached
-        result = self._execute(command) if self.live else self._replay(command)
+        result = live(command) if self.live else self._replay(command)
         with self._lock:
             self._commands[command.key] = result
         return result
@@ -341,11 +315,6 @@ class Root:
         if errors:
             raise errors[0]
 
-    @property
-    def commands(self) -> Dict[str, CommandResult]:
-        """Every command result so far, by key."""
-        return dict(self._commands)
-
     def xcomp_permission(self) -> CommandResult:
         """Ask the kernel for AMX, as an engine must before its first tile instruction:
         ``arch_prctl(ARCH_GET_XCOMP_SUPP)`` and ``arch_prctl(ARCH_REQ_XCOMP_PERM,
@@ -354,28 +323,15 @@ class Root:
         The answer is kept like a command's output (key ``arch_prctl-xcomp``), so a bundle
         records it and a captured root replays it; nothing runs under a captured root.
         """
-        command = XCOMP_COMMAND
-        with self._lock:
-            cached = self._commands.get(command.key)
-        if cached is not None:
-            return cached
-        result = _xcomp_live(command) if self.live else self._replay(command)
-        with self._lock:
-            self._commands[command.key] = result
-        return result
+        return self._once(XCOMP_COMMAND, _xcomp_live)
 
     def _replay(self, command: Command) -> CommandResult:
-        # Keys contain dots (strata.service): append suffixes, never replace them.
-        base = f"/{COMMANDS_DIR}/{command.key}"
-        out = _read_optional(self.resolved(base + ".txt"))
+        base = command_capture(command.key)
+        out = read_optional(self.resolved(base + ".txt"))
         if out is None:
             return CommandResult(command.key, command.argv, None, "", missing=True)
-        rc_text = _read_optional(self.resolved(base + ".rc"))
-        rc = (rc_text or "").strip()
-        # An exit status is a small number: garbage (or 5,000 digits, which int() refuses) reads as 0.
-        digits = rc[1:] if rc.startswith("-") else rc
-        status = int(rc) if digits.isdigit() and digits.isascii() and len(digits) <= 20 else 0
-        err = _read_optional(self.resolved(base + ".err")) or ""
+        status = captured_status(read_optional(self.resolved(base + ".rc")))
+        err = read_optional(self.resolved(base + ".err")) or ""
         return CommandResult(command.key, command.argv, status, out, err)
 
     def _execute(self, command: Command) -> CommandResult:
@@ -407,73 +363,6 @@ class Root:
         )
 
 
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-# A captured tree is input: a FIFO there must not block the open (nor a device the read).
-_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
-
-
-def _plain(folder: str, name: str) -> bool:
-    """Whether a relative path has no ``.`` or ``..`` component (those take the slow road)."""
-    return name not in ("", ".", "..") and "/." not in f"/{folder}".replace("/.strata-doctor", "")
-
-
-def _regular(fd: int) -> int:
-    """``fd`` when it is a regular file; else closed, and OSError: in a captured tree a FIFO
-    would wait for a writer and /dev/zero would never end."""
-    mode = os.fstat(fd).st_mode
-    if stat.S_ISREG(mode):
-        return fd
-    os.close(fd)
-    if stat.S_ISDIR(mode):
-        raise IsADirectoryError(errno.EISDIR, "is a directory")
-    raise OSError(errno.EINVAL, "not a regular file")
-
-
-def _read_all(fd: int) -> bytes:
-    """A whole file through one descriptor (closed here), without a buffered file object:
-    sysfs reports 4096 for every attribute, so read until EOF, never st_size."""
-    try:
-        first = os.read(fd, 65536)
-        if not first:
-            return first
-        if len(first) == 65536:
-            first = _reread_large(fd, first)
-        chunk = os.read(fd, 1 << 20)  # most files end here: the common case skips the join
-        if not chunk:
-            return first
-        chunks = [first, chunk]
-        while chunk:
-            chunk = os.read(fd, 1 << 20)  # a large numa_maps: fewer, larger reads
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def _reread_large(fd: int, first: bytes) -> bytes:
-    """A large regular file (a replayed capture's numa_maps) in one read of its size, which
-    saves joining chunks of 80 MB; procfs and sysfs files report no useful size."""
-    size = os.fstat(fd).st_size
-    if size <= len(first):
-        return first
-    os.lseek(fd, 0, os.SEEK_SET)
-    return os.read(fd, size + 1)
-
-
-def _read_optional(path: Path) -> Optional[str]:
-    try:
-        text = _read_all(_regular(os.open(path, _OPEN_FLAGS | _NONBLOCK))).decode("utf-8", "replace")
-    except OSError:
-        return None
-    return text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text's universal newlines
-
-
-XCOMP_COMMAND = Command(
-    "arch_prctl-xcomp", ("arch_prctl", "ARCH_GET_XCOMP_SUPP", "ARCH_REQ_XCOMP_PERM", "XFEATURE_XTILEDATA")
-)
-"""The AMX permission request of :meth:`Root.xcomp_permission`, as a command key."""
 _SYS_ARCH_PRCTL = 158  # x86-64
 _ARCH_GET_XCOMP_SUPP = 0x1021
 _ARCH_REQ_XCOMP_PERM = 0x1023
@@ -507,9 +396,3 @@ def _xcomp_live(command: Command) -> CommandResult:
 
 def _errno_name(number: int) -> str:
     return errno.errorcode.get(number, str(number))
-
-
-def command_key(words: Sequence[str]) -> str:
-    """A file-name-safe key for a command, e.g. ``systemctl-show-strata.service``."""
-    safe = "-".join(words)
-    return "".join(ch if ch.isalnum() or ch in "._@-" else "_" for ch in safe)

@@ -8,8 +8,9 @@ import threading
 from pathlib import Path
 from typing import Iterator, Optional, Tuple
 
+from strata_doctor.fileread import read_all
 from strata_doctor.model import Finding
-from strata_doctor.root import Command, Root, _read_all
+from strata_doctor.root import Command, Root
 from tests.conftest import write_tree
 
 
@@ -48,7 +49,7 @@ def test_a_pipe_reads_whole_though_it_cannot_seek() -> None:
     writer = threading.Thread(target=write)
     writer.start()
     try:
-        assert _read_all(read_end) == data
+        assert read_all(read_end) == data
     finally:
         writer.join()
 
