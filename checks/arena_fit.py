@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import FrozenSet, Iterator, Optional
+from typing import FrozenSet, Iterator, Optional, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
 from strata_doctor.facts.parse import format_bytes
 from strata_doctor.model import Evidence, Finding, Severity
+from strata_doctor.rules.memory import ArenaRoom, engine_held, host_room, node_room, spill_node
 
 
 class ArenaFit(Check):
@@ -37,13 +38,15 @@ class ArenaFit(Check):
         config = ctx.config
         pinned = config.pinned_bytes or 0
         need = pinned + config.headroom_bytes
-        nodes, total, free, where, evidence = self._capacity(ctx)
+        plan = ctx.binding_plan
+        room = node_room(ctx.numa, plan) or host_room(ctx.meminfo)
+        nodes, total, where, evidence = room.nodes, room.total, self._where(room), self._evidence(room)
         if total is None:
             yield self.finding("unknown-memory", Severity.WARNING,
                                "cannot read the memory size of the target node")
             return
-        held = self._engine_bytes(ctx, nodes)
-        available = (free or 0) + held
+        held = engine_held(ctx.engine_process, nodes)
+        available = (room.free or 0) + held
         # One sentence for both verdicts: the sum, the verdict, the node, the difference.
         arith = (
             f"arena {format_bytes(config.arena_bytes or 0)} + K/V {format_bytes(config.kv_bytes)}"
@@ -94,48 +97,29 @@ class ArenaFit(Check):
             return sum(p.size * p.total for p in ctx.node_pools if p.node in nodes)
         return ctx.meminfo.get("Hugetlb", 0)
 
-    def _capacity(
-        self, ctx: HostContext
-    ) -> tuple[FrozenSet[int], Optional[int], Optional[int], str, tuple[Evidence, ...]]:
-        plan = ctx.binding_plan
-        if plan is None or not ctx.numa.nodes:
-            info = ctx.meminfo
-            total, free = info.get("MemTotal"), info.get("MemAvailable", info.get("MemFree"))
-            ev = (Evidence("/proc/meminfo", f"MemTotal={format_bytes(total or 0)}"),)
-            return frozenset(), total, free, "this host", ev
-        nodes = [n for n in ctx.numa.nodes if n.id in plan.mem_nodes]
-        total = sum(n.memory_total or 0 for n in nodes)
-        free = sum(n.memory_free or 0 for n in nodes)
-        evidence = tuple(
+    def _where(self, room: ArenaRoom) -> str:
+        if room.host:
+            return "this host"
+        return ("node " if len(room.counted) == 1 else "nodes ") + room.nodes_text
+
+    def _evidence(self, room: ArenaRoom) -> Tuple[Evidence, ...]:
+        if room.host:
+            return (Evidence("/proc/meminfo", f"MemTotal={format_bytes(room.total or 0)}"),)
+        return tuple(
             Evidence(
                 f"/sys/devices/system/node/node{n.id}/meminfo",
                 f"MemTotal={format_bytes(n.memory_total or 0)} MemFree={format_bytes(n.memory_free or 0)}",
             )
-            for n in nodes
+            for n in room.counted
         )
-        label = "node " + plan.nodes_text if len(nodes) == 1 else "nodes " + plan.nodes_text
-        return plan.mem_nodes, total, free, label, evidence
-
-    def _engine_bytes(self, ctx: HostContext, nodes: FrozenSet[int]) -> int:
-        proc = ctx.engine_process
-        if proc is None:
-            return 0
-        if not nodes:
-            return proc.resident_bytes
-        return sum(proc.bytes_on(n) for n in nodes)
 
     def _spill(self, ctx: HostContext, nodes: FrozenSet[int], short: int) -> str:
-        numa = ctx.numa
         if not nodes:
             return "The host does not have the memory; reduce the arena or the K/V cache."
-        first = numa.node(min(nodes))
-        others = sorted(
-            ((first.distance_to(n.id) or 999, n.id) for n in numa.nodes
-             if n.id not in nodes and n.has_memory),
-        ) if first else []
-        if not others:
+        spill = spill_node(ctx.numa, nodes)
+        if spill is None:
             return "No other node has memory to spill to; reduce the arena or the K/V cache."
-        distance, node_id = others[0]
+        distance, node_id = spill
         return (
             f"With a preferred policy the last {format_bytes(short)} spill to node {node_id} "
             f"(distance {distance}): those experts are read remotely. Reduce the arena or the "

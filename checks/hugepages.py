@@ -1,36 +1,32 @@
 """hugepages: does the hugepage pool fit the engine, or trap it?"""
 
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
 from strata_doctor.facts.hugepage_pools import PagePool
 from strata_doctor.facts.hugepages import SYSCTL_KEY, HugepageFacts, format_page_size
-from strata_doctor.facts.hugetlbfs import HugetlbfsFile
 from strata_doctor.facts.oomd import oomd_commands
 from strata_doctor.facts.parse import format_bytes, format_count
 from strata_doctor.fix.memory import node_pool_fix, size_pool_fix, sysctl_fix
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
-from strata_doctor.rules.pool import PendingPool, PoolAssessment, pending_pool, pool_fix_pending
+from strata_doctor.rules import pool_verdict as case
+from strata_doctor.rules.node_pools import NodeShortfall, boot_pools, grow_per_node, node_shortfall
+from strata_doctor.rules.pool import HugepageNeed, PoolAssessment, pool_words
+from strata_doctor.rules.pool_holders import (
+    OrphanBlock,
+    orphan_words,
+    orphans_block,
+    pool_takers,
+    shadowed_pool_setting,
+)
+from strata_doctor.rules.pool_verdict import PoolVerdict, judge_pool
 from strata_doctor.rules.trap import CHAIN, TrapVerdict
 
 GIB = 1024**3
 
-
-def orphan_pages(facts: HugepageFacts, size: int) -> int:
-    """Pages of one size that orphaned hugetlbfs files hold."""
-    pages = 0
-    for mount in facts.mounts:
-        if (mount.page_size or facts.page_size) != size:
-            continue
-        pages += sum(-(-f.size // size) for f in mount.files if f.orphan and f.size)
-    return pages
-
-
-def pool_words(pool: PagePool) -> str:
-    """``24,000 2 MiB pages (46.88 GiB)``."""
-    return (f"{format_count(pool.total)} {format_page_size(pool.size)} pages "
-            f"({format_bytes(pool.total * pool.size)})")
+Words = Callable[[HostContext, PoolVerdict, Tuple[Evidence, ...]], Finding]
+"""How one case of the default pool is worded."""
 
 
 class Hugepages(Check):
@@ -73,11 +69,13 @@ class Hugepages(Check):
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         facts = ctx.hugepages
         a = ctx.pool_assessment
-        blocking = self._orphans_block(facts, a)
-        yield from self._default_pool(ctx, facts, a, blocking)
-        yield from self._nodes(ctx, facts, a)
+        block = orphans_block(facts, a)
+        yield from self._default_pool(ctx, judge_pool(facts, a, lambda: ctx.trap_verdict, block is not None))
+        shortfall = node_shortfall(facts, a, ctx.target_node, ctx.engine_pid)
+        if shortfall is not None:
+            yield self._wrong_node(facts, shortfall)
         yield from self._other_sizes(facts)
-        yield from self._orphans(facts, a if blocking else None)
+        yield from self._orphans(facts, a, block)
         yield from self._surplus(facts)
         if facts.unreadable:
             yield self.finding(
@@ -88,108 +86,66 @@ class Hugepages(Check):
             )
 
     # -- the default pool -----------------------------------------------------------------
-    def _orphans_block(self, facts: HugepageFacts, a: PoolAssessment) -> bool:
-        """hugetlb mode fails only because of orphaned files: deleting them is the fix."""
-        if not (a.fails and a.mode == "hugetlb" and a.pool is not None and a.need is not None):
-            return False
-        return a.available + orphan_pages(facts, a.pool.size) >= a.need.pages
+    def _default_pool(self, ctx: HostContext, verdict: PoolVerdict) -> Iterator[Finding]:
+        if verdict.case == case.ORPHANS:  # the orphans finding carries the failure and its fix
+            return
+        words: Dict[str, Words] = {
+            case.HUGETLB_NO_ARENA: self._hugetlb_no_arena, case.HUGETLB_NO_POOL: self._hugetlb_no_pool,
+            case.TRAP_AT_BOOT: self._trap_at_boot, case.NO_POOL: self._no_pool,
+            case.CONFIGURED: self._configured, case.TRAP: self._trap,
+            case.HELD_BY_OTHERS: self._held_by_others, case.UNUSABLE: self._unusable,
+            case.TOO_SMALL: self._too_small, case.UNUSED_THP: self._unused_thp,
+            case.UNUSED_NO_ARENA: self._unused_no_arena, case.IN_USE: self._in_use, case.FITS: self._fits,
+        }
+        yield words[verdict.case](ctx, verdict, self._pool_evidence(ctx.hugepages))
 
-    def _default_pool(
-        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, blocking: bool = False,
-    ) -> Iterator[Finding]:
-        pool = a.pool
-        evidence = self._pool_evidence(ctx, facts)
-        total = pool.total if pool else 0
-        pending = pending_pool(facts, total)
-        # An empty pool holds nothing back, whatever overcommit allows on demand: only
-        # hugepages: hugetlb, which has no fallback, makes it a finding.
-        if pool is None or (pool.total == 0 and (a.mode != "hugetlb" or
-                                                 (pool.surplus == 0 and pool.overcommit == 0))):
-            yield from self._no_pool(ctx, facts, a, pending, evidence)
-            return
-        if a.fails:
-            verdict = ctx.trap_verdict
-            resolving = pool_fix_pending(facts, a)
-            if resolving is not None:
-                yield self._configured(pool, resolving, evidence)
-            elif verdict is not None and verdict.error:
-                yield self._trap(ctx, facts, a, verdict, evidence)
-            elif verdict is not None:
-                yield self._unusable(ctx, facts, a, verdict, evidence)
-            elif not blocking:  # else the orphans finding carries the failure and its fix
-                yield self._too_small(ctx, facts, a, evidence)
-            return
-        if a.mode == "thp" or a.need is None:
-            yield self._not_for_engine(ctx, facts, a, pending, evidence)
-            return
-        assert a.need is not None
-        spare = pool.total - a.need.pages - (pool.used - a.engine_pages)
-        extra = f"; {format_count(spare)} pages ({format_bytes(spare * pool.size)}) beyond that stay idle" \
-            if spare * pool.size >= GIB else ""
-        held = f" ({format_count(a.engine_pages)} held by the running engine)" if a.engine_pages else ""
-        yield self.finding(
-            "fits", Severity.OK,
-            f"pool {format_count(pool.total)}, free {format_count(pool.free)}{held}: the arena's "
-            f"{a.need.arithmetic} "
-            f"fit MAP_HUGETLB{extra}",
-            evidence=evidence,
+    def _hugetlb_no_arena(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
+        return self.finding("too-small", Severity.ERROR,
+                            "no hugepage pool, and the engine runs with hugepages: hugetlb "
+                            "(pass --arena to size one)", evidence=evidence)
+
+    def _hugetlb_no_pool(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
+        need = self._need(ctx)
+        return self.finding(
+            "too-small", Severity.ERROR,
+            f"no hugepage pool, but the engine runs with hugepages: hugetlb and needs "
+            f"{need.arithmetic}: MAP_HUGETLB will fail and the engine will not start",
+            detail="hugetlb mode has no fallback. Reserve the pool on the GPU's node, or "
+            "switch the engine to `hugepages: auto` or `thp`.",
+            evidence=evidence, fix=self._grow_fix(ctx, need.pages),
         )
 
-    def _no_pool(
-        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, pending: Optional[PendingPool],
-        evidence: Tuple[Evidence, ...],
-    ) -> Iterator[Finding]:
-        need = a.need
-        if a.mode == "hugetlb":
-            if need is None:
-                yield self.finding("too-small", Severity.ERROR,
-                                   "no hugepage pool, and the engine runs with hugepages: hugetlb "
-                                   "(pass --arena to size one)", evidence=evidence)
-                return
-            if pending and pending.pages >= need.pages:
-                yield self._configured(a.pool, pending, evidence)
-                return
-            yield self.finding(
-                "too-small", Severity.ERROR,
-                f"no hugepage pool, but the engine runs with hugepages: hugetlb and needs "
-                f"{need.arithmetic}: MAP_HUGETLB will fail and the engine will not start",
-                detail="hugetlb mode has no fallback. Reserve the pool on the GPU's node, or "
-                "switch the engine to `hugepages: auto` or `thp`.",
-                evidence=evidence, fix=self._grow_fix(ctx, facts, a, need.pages),
-            )
-            return
-        if pending and pending.pages > 0 and need is not None and pending.pages < need.pages \
-                and a.mode == "auto":
-            yield self.finding(
-                "trap-at-boot", Severity.WARNING,
-                f"no pool now, but {pending.path} sets {SYSCTL_KEY} = {format_count(pending.pages)}: after "
-                f"{pending.after} MAP_HUGETLB needs {need.arithmetic} and will fail, and the pool "
-                f"will hold {format_bytes(pending.pages * facts.page_size)} the THP fallback cannot use",
-                evidence=evidence,
-                fix=self._zero_fix(facts, "hugepages/trap-at-boot", "the engine runs on THP"),
-            )
-            return
-        how = "THP" if a.mode != "hugetlb" else "MAP_HUGETLB"
+    def _trap_at_boot(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
+        facts, pending, need = ctx.hugepages, v.pending, self._need(ctx)
+        assert pending is not None
+        return self.finding(
+            "trap-at-boot", Severity.WARNING,
+            f"no pool now, but {pending.path} sets {SYSCTL_KEY} = {format_count(pending.pages)}: after "
+            f"{pending.after} MAP_HUGETLB needs {need.arithmetic} and will fail, and the pool "
+            f"will hold {format_bytes(pending.pages * facts.page_size)} the THP fallback cannot use",
+            evidence=evidence,
+            fix=self._zero_fix(facts, "hugepages/trap-at-boot", "the engine runs on THP"),
+        )
+
+    def _no_pool(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
+        a = ctx.pool_assessment
+        how = "MAP_HUGETLB" if a.mode == "hugetlb" or v.overcommit == "enough" else "THP"
         overcommit = ""
-        if a.pool is not None and a.pool.overcommit and a.mode == "auto":
-            if a.fails and need is not None:
-                overcommit = (f"; overcommit allows {format_count(a.available)} surplus pages on demand, "
-                              f"fewer than the arena's {format_count(need.pages)}, so MAP_HUGETLB fails "
-                              "and the engine falls back to THP")
-            elif need is not None:
-                how = "MAP_HUGETLB"
-                overcommit = (f"; overcommit allows {format_count(a.available)} surplus pages on demand, "
-                              f"enough for the arena's {format_count(need.pages)}")
-        yield self.finding(
+        if v.overcommit and a.need is not None:
+            overcommit = (f"; overcommit allows {format_count(a.available)} surplus pages on demand, "
+                          + (f"fewer than the arena's {format_count(a.need.pages)}, so MAP_HUGETLB fails "
+                             "and the engine falls back to THP" if v.overcommit == "short" else
+                             f"enough for the arena's {format_count(a.need.pages)}"))
+        return self.finding(
             "no-pool", Severity.OK,
             f"no hugepage pool: no memory is held back, and the arena uses {how} "
             f"(hugepages: {a.mode}){overcommit}",
             evidence=evidence,
         )
 
-    def _configured(
-        self, pool: Optional[PagePool], pending: PendingPool, evidence: Tuple[Evidence, ...],
-    ) -> Finding:
+    def _configured(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
+        pool, pending = ctx.pool_assessment.pool, v.pending
+        assert pending is not None
         now = format_count(pool.total) if pool else "0"
         return self.finding(
             "configured", Severity.INFO,
@@ -201,88 +157,83 @@ class Hugepages(Check):
             evidence=evidence,
         )
 
-    def _trap(
-        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, verdict: TrapVerdict,
-        evidence: Tuple[Evidence, ...],
-    ) -> Finding:
-        pool, need = a.pool, a.need
-        assert pool is not None and need is not None
-        taken = pool.total - pool.free
+    def _trap(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
+        facts, (a, pool, need), trap = ctx.hugepages, self._arena(ctx), self._trap_verdict(ctx)
         pool_bytes = pool.total * pool.size
         summary = (
             f"MAP_HUGETLB will fail: pool {format_count(pool.total)}, free {format_count(pool.free)}, needed "
             f"{format_count(need.pages)} ({need.arithmetic}); the engine falls back to THP and needs "
             f"{format_bytes(need.arena)} more while the pool keeps {format_bytes(pool_bytes)}"
         )
-        held = (f"{format_count(taken)} of its pages are taken ({self._takers(facts, pool, taken)}), so "
-                f"{format_count(pool.free)} are free") if taken else \
-            f"None of its pages are taken: all {format_count(pool.free)} are free"
         parts = [
-            f"{SYSCTL_KEY} = {format_count(pool.total)} sets aside {format_bytes(pool_bytes)} for "
-            f"MAP_HUGETLB. {held}"
-            + (f" and {format_count(pool.reserved)} of those are reserved" if pool.reserved else "")
-            + f": {format_count(a.missing)} short of the {format_count(need.pages)} the arena needs "
-            f"({need.arithmetic}).",
+            self._trap_pool(facts, a, pool, need.pages, need.arithmetic),
             "With hugepages: auto the engine then falls back to transparent hugepages: it needs the "
             f"arena again, {format_bytes(need.arena)} of ordinary pages, while the pool keeps "
             f"{format_bytes(pool_bytes)} that nothing else can use (free and top count it as used).",
-        ]
-        projection, released = verdict.projection, verdict.released
-        if projection is not None:
-            parts.append(f"Projected after the start: {projection.arithmetic}.")
-        if verdict.pool_short and projection is not None and released is not None:
-            parts.append(
-                f"That is short of the headroom because of the pool: giving back its "
-                f"{format_bytes(verdict.held_back)} (its free pages"
-                + (" and the running engine's" if a.engine_pages else "")
-                + f") would leave {format_bytes(released.left)}."
-            )
-        parts.append(
+            *self._trap_projection(a, trap),
             "What follows: loading the arena drives reclaim and compaction (memory pressure); where "
             "systemd-oomd watches the engine's cgroup it kills the unit, and systemd restarts it into "
-            "the same trap: a restart loop."
-        )
-        if verdict.chain:
+            "the same trap: a restart loop.",
+        ]
+        if trap.chain:
             parts.append(f"systemd-oomd watches the engine here, so this is the first link of one "
                          f"failure chain ({CHAIN}), reported in order by oomd/trap-chain.")
         parts.append(
             f"Set {SYSCTL_KEY} = 0 to run on THP (what fixed the seed box)"
-            + (f", or free the {format_count(taken)} taken pages so that the arena fits."
-               if taken >= a.missing else ".")
+            + (f", or free the {format_count(a.taken)} taken pages so that the arena fits."
+               if a.taken >= a.missing else ".")
         )
-        shadowed = self._shadowed(facts)
-        if shadowed:
-            parts.append(shadowed)
         fix = None if facts.container else self._zero_fix(
             facts, "hugepages/trap", "MAP_HUGETLB cannot get the arena; the engine runs on THP")
-        if facts.container:
-            parts.append(f"This is a container ({facts.container}): the pool belongs to the host; "
-                         f"change {SYSCTL_KEY} there.")
-        return self.finding("trap", Severity.ERROR, summary, detail=" ".join(parts),
+        return self.finding("trap", Severity.ERROR, summary, detail=" ".join(parts + self._host_words(facts)),
                             evidence=evidence + self._config_evidence(ctx), fix=fix)
 
-    def _unusable(
-        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, verdict: TrapVerdict,
-        evidence: Tuple[Evidence, ...],
-    ) -> Finding:
+    def _trap_pool(self, facts: HugepageFacts, a: PoolAssessment, pool: PagePool, pages: int,
+                   arithmetic: str) -> str:
+        """What the pool sets aside, who took it, and how far short of the arena it is."""
+        taken = a.taken
+        held = (f"{format_count(taken)} of its pages are taken ({self._takers(facts, pool, taken)}), so "
+                f"{format_count(pool.free)} are free") if taken else \
+            f"None of its pages are taken: all {format_count(pool.free)} are free"
+        return (
+            f"{SYSCTL_KEY} = {format_count(pool.total)} sets aside "
+            f"{format_bytes(pool.total * pool.size)} for MAP_HUGETLB. {held}"
+            + (f" and {format_count(pool.reserved)} of those are reserved" if pool.reserved else "")
+            + f": {format_count(a.missing)} short of the {format_count(pages)} the arena needs "
+            f"({arithmetic})."
+        )
+
+    def _trap_projection(self, a: PoolAssessment, trap: TrapVerdict) -> List[str]:
+        """The memory projected after the start, and what giving the pool back would leave."""
+        projection, released = trap.projection, trap.released
+        if projection is None:
+            return []
+        parts = [f"Projected after the start: {projection.arithmetic}."]
+        if trap.pool_short and released is not None:
+            parts.append(f"That is short of the headroom because of the pool: giving back its "
+                         f"{self._given_back(a, trap)}) would leave {format_bytes(released.left)}.")
+        return parts
+
+    def _held_by_others(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
+        """Every page is someone else's: nothing to give back."""
+        facts, (a, pool, need) = ctx.hugepages, self._arena(ctx)
+        return self.finding(
+            "in-use", Severity.INFO,
+            f"pool of {pool_words(pool)}, {format_count(pool.used)} in use "
+            f"({self._takers(facts, pool, a.taken)}), none free for the arena ({need.arithmetic}): "
+            "the engine runs on THP, and the pool holds nothing back from it",
+            evidence=evidence + self._config_evidence(ctx),
+        )
+
+    def _unusable(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
         """MAP_HUGETLB fails and the pool holds memory back, but the numbers make no trap."""
-        pool, need = a.pool, a.need
-        assert pool is not None and need is not None
-        taken = pool.total - pool.free
-        if verdict.held_back == 0:  # every page is someone else's: nothing to give back
-            return self.finding(
-                "in-use", Severity.INFO,
-                f"pool of {pool_words(pool)}, {format_count(pool.used)} in use "
-                f"({self._takers(facts, pool, taken)}), none free for the arena ({need.arithmetic}): "
-                "the engine runs on THP, and the pool holds nothing back from it",
-                evidence=evidence + self._config_evidence(ctx),
-            )
-        held = format_bytes(verdict.held_back)
-        projection, released = verdict.projection, verdict.released
+        facts, (a, pool, need), trap = ctx.hugepages, self._arena(ctx), self._trap_verdict(ctx)
+        taken = a.taken
+        tail, projected = self._unusable_projection(trap)
         summary = (
             f"pool of {pool_words(pool)} that the arena cannot use: free {format_count(pool.free)}, "
             f"needed {format_count(need.pages)} ({need.arithmetic}), so the engine runs on THP "
-            f"while the pool holds back {held}"
+            f"while the pool holds back {format_bytes(trap.held_back)}{tail}"
         )
         parts = [
             f"{SYSCTL_KEY} = {format_count(pool.total)} sets aside {format_bytes(pool.total * pool.size)} "
@@ -290,141 +241,128 @@ class Hugepages(Check):
             + (f"; {format_count(taken)} of its pages are taken ({self._takers(facts, pool, taken)})"
                if taken else "")
             + f", so MAP_HUGETLB of the arena fails and hugepages: auto falls back to transparent "
-            f"hugepages. {SYSCTL_KEY} = 0 would give back {held} (its free pages"
-            + (" and the running engine's" if a.engine_pages else "") + ")."
+            f"hugepages. {SYSCTL_KEY} = 0 would give back {self._given_back(a, trap)}).",
+            *projected,
+            f"Set {SYSCTL_KEY} = 0 unless another program maps the pool.",
         ]
-        if projection is not None and released is not None:
-            parts.append(f"Projected after the start: {projection.arithmetic}.")
-            if projection.short:
-                short = format_bytes(released.headroom - released.left)
-                summary += (f"; the start runs short of the {format_bytes(projection.headroom)} headroom "
-                            f"even without the pool (by {short}), so the pool is not what runs it short")
-                parts.append(
-                    f"Giving the pool back would still leave the start {short} short of the "
-                    f"{format_bytes(projection.headroom)} headroom: the engine does not fit this host's "
-                    "memory whatever the pool holds (a host smaller than the engine is arena-fit's "
-                    "error), so the pool only adds to a shortfall it does not cause."
-                )
-            else:
-                summary += (f"; {format_bytes(projection.left)} is projected left after the start "
-                            f"(headroom {format_bytes(projection.headroom)})")
-                parts.append(
-                    "That leaves the headroom, so the fallback does not run the host short: the pool "
-                    "only wastes memory (free and top count it as used)."
-                )
-        else:
-            parts.append("Without MemAvailable the memory left after the start cannot be projected.")
-        parts.append(f"Set {SYSCTL_KEY} = 0 unless another program maps the pool.")
-        shadowed = self._shadowed(facts)
-        if shadowed:
-            parts.append(shadowed)
-        if facts.container:
-            parts.append(f"This is a container ({facts.container}): the pool belongs to the host; "
-                         f"change {SYSCTL_KEY} there.")
         fix = None if facts.container else self._zero_fix(
             facts, "hugepages/unusable-pool", "the arena cannot use the pool; the engine runs on THP")
-        return self.finding("unusable-pool", Severity.WARNING, summary, detail=" ".join(parts),
+        return self.finding("unusable-pool", Severity.WARNING, summary,
+                            detail=" ".join(parts + self._host_words(facts)),
                             evidence=evidence + self._config_evidence(ctx), fix=fix)
 
-    def _too_small(
-        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, evidence: Tuple[Evidence, ...],
-    ) -> Finding:
-        pool, need = a.pool, a.need
-        assert pool is not None and need is not None
-        taken = pool.total - pool.free
+    def _unusable_projection(self, trap: TrapVerdict) -> Tuple[str, List[str]]:
+        """(summary tail, sentences): what is left after the start, with the pool and without."""
+        projection, released = trap.projection, trap.released
+        if projection is None or released is None:
+            return "", ["Without MemAvailable the memory left after the start cannot be projected."]
+        arithmetic = f"Projected after the start: {projection.arithmetic}."
+        headroom = format_bytes(projection.headroom)
+        if not projection.short:
+            return (f"; {format_bytes(projection.left)} is projected left after the start "
+                    f"(headroom {headroom})"), [
+                arithmetic,
+                "That leaves the headroom, so the fallback does not run the host short: the pool "
+                "only wastes memory (free and top count it as used).",
+            ]
+        short = format_bytes(released.headroom - released.left)
+        return (f"; the start runs short of the {headroom} headroom even without the pool "
+                f"(by {short}), so the pool is not what runs it short"), [
+            arithmetic,
+            f"Giving the pool back would still leave the start {short} short of the {headroom} "
+            "headroom: the engine does not fit this host's memory whatever the pool holds (a host "
+            "smaller than the engine is arena-fit's error), so the pool only adds to a shortfall it "
+            "does not cause.",
+        ]
+
+    def _too_small(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
+        facts, (a, pool, need) = ctx.hugepages, self._arena(ctx)
         return self.finding(
             "too-small", Severity.ERROR,
             f"pool too small for hugepages: hugetlb: pool {format_count(pool.total)}, free "
-            f"{format_count(pool.free)}, "
-            f"needed {format_count(need.pages)} ({need.arithmetic}): MAP_HUGETLB will fail and the engine "
-            "will not start",
-            detail=f"{format_count(taken)} pages are taken ({self._takers(facts, pool, taken)}). hugetlb "
-                   f"mode "
-            f"has no fallback: grow the pool by {format_count(a.missing)} pages, free the taken ones, or "
-            "switch the engine to `hugepages: auto`.",
+            f"{format_count(pool.free)}, needed {format_count(need.pages)} ({need.arithmetic}): "
+            "MAP_HUGETLB will fail and the engine will not start",
+            detail=f"{format_count(a.taken)} pages are taken ({self._takers(facts, pool, a.taken)}). "
+            f"hugetlb mode has no fallback: grow the pool by {format_count(a.missing)} pages, free the "
+            "taken ones, or switch the engine to `hugepages: auto`.",
             evidence=evidence + self._config_evidence(ctx),
-            fix=self._grow_fix(ctx, facts, a, need.pages + max(0, taken - a.engine_pages)),
+            fix=self._grow_fix(ctx, a.grow_to),
         )
 
-    def _not_for_engine(
-        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, pending: Optional[PendingPool],
-        evidence: Tuple[Evidence, ...],
-    ) -> Finding:
-        pool = a.pool
+    def _unused_thp(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
+        facts, pool = ctx.hugepages, ctx.pool_assessment.pool
         assert pool is not None
-        pool_text = pool_words(pool)
-        if pool.used == 0 and not facts.holders:
-            if pending and pending.pages == 0:
-                return self._configured(pool, pending, evidence)
-            if a.mode == "thp":
-                return self.finding(
-                    "unused-pool", Severity.WARNING,
-                    f"pool of {pool_text} that nobody uses: free {format_count(pool.free)} of "
-                    f"{format_count(pool.total)}, no process holds any, and the engine runs on THP",
-                    detail="The pool is taken out of ordinary memory at once and stays out: no "
-                    "other allocation can use it, and free and top count it as used.",
-                    evidence=evidence,
-                    fix=None if facts.container else self._zero_fix(
-                        facts, "hugepages/unused-pool", "nothing uses the pool; the engine runs on THP"),
-                )
-            return self.finding(
-                "unused-pool", Severity.WARNING,
-                f"pool of {pool_text} that nobody uses now (free {format_count(pool.free)} of "
-                f"{format_count(pool.total)}); pass --arena to check it fits the engine",
-                detail="If the pool is for the engine (hugepages: auto or hugetlb), give its arena "
-                "size so that the fit can be checked; otherwise it holds memory hostage.",
-                evidence=evidence,
-            )
+        return self.finding(
+            "unused-pool", Severity.WARNING,
+            f"pool of {pool_words(pool)} that nobody uses: free {format_count(pool.free)} of "
+            f"{format_count(pool.total)}, no process holds any, and the engine runs on THP",
+            detail="The pool is taken out of ordinary memory at once and stays out: no "
+            "other allocation can use it, and free and top count it as used.",
+            evidence=evidence,
+            fix=None if facts.container else self._zero_fix(
+                facts, "hugepages/unused-pool", "nothing uses the pool; the engine runs on THP"),
+        )
+
+    def _unused_no_arena(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
+        pool = ctx.pool_assessment.pool
+        assert pool is not None
+        return self.finding(
+            "unused-pool", Severity.WARNING,
+            f"pool of {pool_words(pool)} that nobody uses now (free {format_count(pool.free)} of "
+            f"{format_count(pool.total)}); pass --arena to check it fits the engine",
+            detail="If the pool is for the engine (hugepages: auto or hugetlb), give its arena "
+            "size so that the fit can be checked; otherwise it holds memory hostage.",
+            evidence=evidence,
+        )
+
+    def _in_use(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
+        facts, a = ctx.hugepages, ctx.pool_assessment
+        assert a.pool is not None
         users = ", ".join(f"{h.name} (pid {h.pid}, {format_bytes(h.bytes)})" for h in facts.holders[:5])
         why = "the engine runs on THP" if a.mode == "thp" else "no arena size to compare with (--arena)"
         return self.finding(
             "in-use", Severity.INFO,
-            f"pool of {pool_text}, {format_count(pool.used)} in use"
+            f"pool of {pool_words(a.pool)}, {format_count(a.pool.used)} in use"
             + (f" by {users}" if users else "") + f"; {why}",
             evidence=evidence,
         )
 
+    def _fits(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
+        a, pool, need = self._arena(ctx)
+        spare = a.spare
+        extra = f"; {format_count(spare)} pages ({format_bytes(spare * pool.size)}) beyond that stay idle" \
+            if spare * pool.size >= GIB else ""
+        held = f" ({format_count(a.engine_pages)} held by the running engine)" if a.engine_pages else ""
+        return self.finding(
+            "fits", Severity.OK,
+            f"pool {format_count(pool.total)}, free {format_count(pool.free)}{held}: the arena's "
+            f"{need.arithmetic} fit MAP_HUGETLB{extra}",
+            evidence=evidence,
+        )
+
     # -- nodes, other sizes, orphans, surplus -----------------------------------------------
-    def _nodes(self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment) -> Iterator[Finding]:
-        nodes = facts.nodes_of(facts.page_size)
-        target = ctx.target_node
-        if target is None or len(nodes) < 2 or not a.uses_pool or a.fails or a.need is None:
-            return
-        on_target = next((n for n in nodes if n.node == target), None)
-        engine = facts.holder(ctx.engine_pid)
-        # At its restart the engine gives its pages back to their nodes and takes them again,
-        # the preferred node first: only its pages already on the target count there.
-        engine_here = engine.pages_on(target, facts.page_size) if engine and engine.nodes else a.engine_pages
-        have = (on_target.free if on_target else 0) + engine_here
-        if have >= a.need.pages:
-            return
-        counts = ", ".join(f"node {n.node}: {format_count(n.total)} (free {format_count(n.free)})"
-                           for n in nodes)
-        configured = self._configured_node(facts, target)
+    def _wrong_node(self, facts: HugepageFacts, s: NodeShortfall) -> Finding:
+        counts = s.counts
         evidence = tuple(
             Evidence(f"/sys/devices/system/node/node{n.node}/hugepages/hugepages-{n.size // 1024}kB",
                      f"nr_hugepages={n.total} free_hugepages={n.free}")
-            for n in nodes
+            for n in s.nodes
         )
-        if configured and configured[0] >= a.need.pages:
-            yield self.finding(
+        if s.configured is not None:
+            return self.finding(
                 "configured", Severity.INFO,
-                f"configured: hugepages={target}:{format_count(configured[0])} in {configured[1]}; takes "
-                f"effect after a reboot (pool now {counts})", evidence=evidence)
-            return
-        elsewhere = a.need.pages - have
-        others = {n.node: n.total for n in nodes if n.node != target}
-        used_on_target = (on_target.total - on_target.free) if on_target else 0
+                f"configured: hugepages={s.target}:{format_count(s.configured[0])} in {s.configured[1]}; "
+                f"takes effect after a reboot (pool now {counts})", evidence=evidence)
         fix = None if facts.container or facts.sys_readonly else node_pool_fix(
-            target, a.need.pages + max(0, used_on_target - engine_here), facts.page_size, others,
-            overriding=facts.sysctl.setters(SYSCTL_KEY), boot_config=self._boot_pools(facts))
-        if engine and engine.nodes:
-            where = ", ".join(f"node {n}: {format_count(b // facts.page_size)}" for n, b in engine.nodes)
-            evidence += (Evidence(f"/proc/{engine.pid}/numa_maps", f"the engine's hugetlb pages: {where}"),)
-        yield self.finding(
+            s.target, s.grow_to, facts.page_size, s.others,
+            overriding=facts.sysctl.setters(SYSCTL_KEY), boot_config=boot_pools(facts))
+        if s.engine is not None:
+            evidence += (Evidence(f"/proc/{s.engine.pid}/numa_maps",
+                                  f"the engine's hugetlb pages: {s.engine_where}"),)
+        return self.finding(
             "wrong-node", Severity.WARNING,
-            f"hugepage pool not on the GPU's node {target}: {counts}; {format_count(elsewhere)} of the "
-            f"arena's {format_count(a.need.pages)} pages would come from other nodes",
+            f"hugepage pool not on the GPU's node {s.target}: {counts}; {format_count(s.elsewhere)} of the "
+            f"arena's {format_count(s.need)} pages would come from other nodes",
             detail="MAP_HUGETLB takes pages from the node the memory policy prefers and then from "
             "any node with free pages, so the arena lands away from the GPU and every expert read "
             "crosses the socket link. vm.nr_hugepages spreads the pool over all nodes; per-node "
@@ -437,72 +375,68 @@ class Hugepages(Check):
         for pool in facts.pools:
             if pool.size == facts.page_size or pool.total == 0:
                 continue
-            text = pool_words(pool)
             ev = (Evidence(pool.source, f"nr_hugepages={pool.total} free_hugepages={pool.free}"),)
-            if pool.used == 0:
-                yield self.finding(
-                    "unused-pool", Severity.WARNING,
-                    f"pool of {text} that nobody uses (not the default size, so MAP_HUGETLB without "
-                    "a size flag never draws on it)",
-                    evidence=ev,
-                    fix=None if facts.container or facts.sys_readonly else size_pool_fix(
-                        pool.size, "hugepages/unused-pool"),
-                )
-            else:
-                yield self.finding("in-use", Severity.INFO, f"pool of {text}, {format_count(pool.used)} "
-                                                            f"in use",
+            if pool.used:
+                yield self.finding("in-use", Severity.INFO,
+                                   f"pool of {pool_words(pool)}, {format_count(pool.used)} in use",
                                    evidence=ev)
+                continue
+            yield self.finding(
+                "unused-pool", Severity.WARNING,
+                f"pool of {pool_words(pool)} that nobody uses (not the default size, so MAP_HUGETLB "
+                "without a size flag never draws on it)",
+                evidence=ev,
+                fix=None if facts.container or facts.sys_readonly else size_pool_fix(
+                    pool.size, "hugepages/unused-pool"),
+            )
 
-    def _orphans(self, facts: HugepageFacts, blocked: Optional[PoolAssessment] = None) -> Iterator[Finding]:
+    def _orphans(
+        self, facts: HugepageFacts, a: PoolAssessment, block: Optional[OrphanBlock],
+    ) -> Iterator[Finding]:
         orphans = facts.orphans
         if not orphans:
             return
         total = sum(f.size or 0 for f in orphans)
-        listing = "; ".join(self._orphan_text(facts, f) for f in orphans[:5])
+        listing = "; ".join(orphan_words(facts, f) for f in orphans[:5])
         more = f" and {len(orphans) - 5} more" if len(orphans) > 5 else ""
-        summary = (f"{len(orphans)} hugetlbfs file{'s' if len(orphans) != 1 else ''} that no process maps "
-                   f"hold{'s' if len(orphans) == 1 else ''} {format_bytes(total)}")
+        one = len(orphans) == 1
+        summary = (f"{len(orphans)} hugetlbfs file{'' if one else 's'} that no process maps "
+                   f"hold{'s' if one else ''} {format_bytes(total)}")
         detail = ("A file in hugetlbfs keeps its pages until it is deleted, even when no process "
                   "has it open: a crashed or killed program leaves them behind, and the pool looks taken "
                   "for no visible reason. Delete them once sure nothing will reopen them.")
         severity = Severity.WARNING
-        if blocked is not None and blocked.pool is not None and blocked.need is not None:
-            pool, need = blocked.pool, blocked.need
-            pages = orphan_pages(facts, pool.size)
+        if block is not None:
             severity = Severity.ERROR
-            summary = (f"MAP_HUGETLB will fail: pool {format_count(pool.total)}, free "
-                       f"{format_count(pool.free)}, needed "
-                       f"{format_count(need.pages)} ({need.arithmetic}), because {summary} "
-                       f"({format_count(pages)} pages); "
-                       "delete them and the pool suffices")
-            detail = (f"The engine runs with hugepages: hugetlb and has no fallback, so it will not "
-                      f"start. {detail} Without them {format_count(blocked.available + pages)} pages are "
-                      f"free "
-                      f"for the arena's {format_count(need.pages)}.")
+            summary, detail = self._orphans_blocking(a, block, summary, detail)
         yield self.finding(
             "orphans", severity,
             f"{summary}: {listing}{more}",
             detail=detail,
-            evidence=tuple(Evidence(f.path, self._orphan_text(facts, f, path=False)) for f in orphans[:20]),
-            fix=Fix(
-                summary="delete the orphaned hugetlbfs files (by hand: they may be someone's data)",
-                manual=tuple(
-                    ManualStep(f"rm -- {f.path}  # {self._orphan_text(facts, f)}")
-                    for f in orphans
-                ),
-                takes_effect="now",
-            ),
+            evidence=tuple(Evidence(f.path, orphan_words(facts, f, path=False)) for f in orphans[:20]),
+            fix=self._orphans_fix(facts),
         )
 
-    def _orphan_text(self, facts: HugepageFacts, f: HugetlbfsFile, path: bool = True) -> str:
-        size = format_bytes(f.size) if f.size is not None else "size unknown"
-        pages = ""
-        if f.size:
-            page = next((m.page_size for m in facts.mounts if f in m.files and m.page_size), None) \
-                or facts.page_size
-            pages = f", {format_count(-(-f.size // page))} pages"
-        text = f"{size}{pages}, {f.owner_text}"
-        return f"{f.path} ({text})" if path else text
+    def _orphans_fix(self, facts: HugepageFacts) -> Fix:
+        return Fix(
+            summary="delete the orphaned hugetlbfs files (by hand: they may be someone's data)",
+            manual=tuple(ManualStep(f"rm -- {f.path}  # {orphan_words(facts, f)}") for f in facts.orphans),
+            takes_effect="now",
+        )
+
+    def _orphans_blocking(
+        self, a: PoolAssessment, block: OrphanBlock, summary: str, detail: str,
+    ) -> Tuple[str, str]:
+        """(summary, detail) of orphans that alone make hugetlb mode's MAP_HUGETLB fail."""
+        _, pool, need = self._pool_and_need(a)
+        return (
+            f"MAP_HUGETLB will fail: pool {format_count(pool.total)}, free {format_count(pool.free)}, "
+            f"needed {format_count(need.pages)} ({need.arithmetic}), because {summary} "
+            f"({format_count(block.pages)} pages); delete them and the pool suffices",
+            f"The engine runs with hugepages: hugetlb and has no fallback, so it will not "
+            f"start. {detail} Without them {format_count(block.available)} pages are free "
+            f"for the arena's {format_count(need.pages)}.",
+        )
 
     def _surplus(self, facts: HugepageFacts) -> Iterator[Finding]:
         pool = facts.default_pool
@@ -520,36 +454,42 @@ class Hugepages(Check):
         )
 
     # -- helpers ----------------------------------------------------------------------------
+    def _arena(self, ctx: HostContext) -> Tuple[PoolAssessment, PagePool, HugepageNeed]:
+        """The assessment with its pool and the arena's need, for the cases that have both."""
+        return self._pool_and_need(ctx.pool_assessment)
+
+    def _pool_and_need(self, a: PoolAssessment) -> Tuple[PoolAssessment, PagePool, HugepageNeed]:
+        assert a.pool is not None and a.need is not None
+        return a, a.pool, a.need
+
+    def _need(self, ctx: HostContext) -> HugepageNeed:
+        need = ctx.pool_assessment.need
+        assert need is not None
+        return need
+
+    def _trap_verdict(self, ctx: HostContext) -> TrapVerdict:
+        trap = ctx.trap_verdict
+        assert trap is not None
+        return trap
+
     def _takers(self, facts: HugepageFacts, pool: PagePool, taken: int) -> str:
-        parts: List[str] = []
-        held = 0
-        for h in facts.holders[:4]:
-            pages = h.bytes // pool.size
-            held += pages
-            parts.append(f"{h.name} pid {h.pid}: {format_count(pages)}")
-        orphaned = orphan_pages(facts, pool.size)
-        if orphaned:
-            parts.append(f"orphaned hugetlbfs files: {format_count(orphaned)}")
-        rest = taken - held - orphaned
-        if rest > 0:
-            parts.append(f"{format_count(rest)} by no visible process (SysV SHM_HUGETLB segments, another "
-                         "PID namespace, or maps that need root to read)")
-        return "; ".join(parts) if parts else "holders unknown"
+        return pool_takers(facts, pool, taken).text
 
-    def _shadowed(self, facts: HugepageFacts) -> str:
-        """Say so when an earlier file's value is overridden by a later one."""
-        setters = facts.sysctl.setters(SYSCTL_KEY)
-        if len(setters) < 2:
-            return ""
-        last = setters[-1]
-        earlier = [s for s in setters[:-1] if s.value.strip() != last.value.strip()]
-        if not earlier:
-            return ""
-        lost = "; ".join(f"{s.key} = {s.value} in {s.path}" for s in earlier)
-        return (f"{lost} is overridden by {last.key} = {last.value} in {last.path}, which is applied "
-                "later (sysctl.d applies files in name order, /etc/sysctl.conf last; the last wins).")
+    def _given_back(self, a: PoolAssessment, trap: TrapVerdict) -> str:
+        """``46.88 GiB (its free pages and the running engine's`` (the caller closes it)."""
+        engine = " and the running engine's" if a.engine_pages else ""
+        return f"{format_bytes(trap.held_back)} (its free pages{engine}"
 
-    def _pool_evidence(self, ctx: HostContext, facts: HugepageFacts) -> Tuple[Evidence, ...]:
+    def _host_words(self, facts: HugepageFacts) -> List[str]:
+        """Overridden settings of the pool, and a container's pool that is the host's."""
+        shadowed = shadowed_pool_setting(facts.sysctl)
+        words = [] if shadowed is None else [shadowed.text]
+        if facts.container:
+            words.append(f"This is a container ({facts.container}): the pool belongs to the host; "
+                         f"change {SYSCTL_KEY} there.")
+        return words
+
+    def _pool_evidence(self, facts: HugepageFacts) -> Tuple[Evidence, ...]:
         keys = ("HugePages_Total", "HugePages_Free", "HugePages_Rsvd", "HugePages_Surp")
         values = [f"{k}={facts.mem(k)}" for k in keys if facts.mem(k) is not None]
         if facts.default_size:
@@ -559,11 +499,9 @@ class Hugepages(Check):
         evidence = [Evidence("/proc/meminfo", " ".join(values))] if values else []
         if facts.nr_hugepages is not None:
             evidence.append(Evidence("/proc/sys/vm/nr_hugepages", str(facts.nr_hugepages)))
-        for setting in facts.sysctl.setters(SYSCTL_KEY):
-            evidence.append(Evidence(setting.path, f"{setting.key} = {setting.value}"))
-        for h in facts.holders[:5]:
-            evidence.append(Evidence(f"/proc/{h.pid}/status",
-                                     f"Name={h.name} HugetlbPages={format_bytes(h.bytes)}"))
+        evidence += [Evidence(s.path, f"{s.key} = {s.value}") for s in facts.sysctl.setters(SYSCTL_KEY)]
+        evidence += [Evidence(f"/proc/{h.pid}/status", f"Name={h.name} HugetlbPages={format_bytes(h.bytes)}")
+                     for h in facts.holders[:5]]
         return tuple(evidence)
 
     def _config_evidence(self, ctx: HostContext) -> Tuple[Evidence, ...]:
@@ -574,31 +512,13 @@ class Hugepages(Check):
     def _zero_fix(self, facts: HugepageFacts, finding: str, reason: str) -> Fix:
         return sysctl_fix(((SYSCTL_KEY, "0", reason),), finding, facts.sysctl)
 
-    def _grow_fix(
-        self, ctx: HostContext, facts: HugepageFacts, a: PoolAssessment, pages: int,
-    ) -> Optional[Fix]:
+    def _grow_fix(self, ctx: HostContext, pages: int) -> Optional[Fix]:
+        facts = ctx.hugepages
         if facts.container:
             return None
-        target = ctx.target_node
-        nodes = facts.nodes_of(facts.page_size)
-        if target is not None and len(nodes) > 1 and not facts.sys_readonly:
-            others = {n.node: n.total for n in nodes if n.node != target}
-            return node_pool_fix(target, pages, facts.page_size, others,
+        per_node = grow_per_node(facts, ctx.target_node)
+        if per_node is not None:
+            return node_pool_fix(per_node[0], pages, facts.page_size, per_node[1],
                                  overriding=facts.sysctl.setters(SYSCTL_KEY))
         return sysctl_fix(((SYSCTL_KEY, str(pages), "the engine maps its arena with MAP_HUGETLB"),),
                           "hugepages/too-small", facts.sysctl)
-
-    def _boot_pools(self, facts: HugepageFacts) -> Tuple[Tuple[str, str], ...]:
-        """(file, words) of ``hugepages=`` settings on the configured boot command lines."""
-        return tuple((path, " ".join(c.words)) for path, c in facts.configured_cmdline if c.words)
-
-    def _configured_node(self, facts: HugepageFacts, node: int) -> Optional[Tuple[int, str]]:
-        for path, cmdline in facts.configured_cmdline:
-            counts = cmdline.node_counts(facts.page_size, facts.page_size)
-            if node in counts and counts[node] != self._node_total(facts, node):
-                return counts[node], path
-        return None
-
-    def _node_total(self, facts: HugepageFacts, node: int) -> int:
-        return next((n.total for n in facts.nodes_of(facts.page_size) if n.node == node), 0)
-

@@ -9,6 +9,8 @@ from strata_doctor.context import HostContext
 from strata_doctor.facts.pagecache import ZONE_RECLAIM, NodeCache
 from strata_doctor.facts.parse import format_bytes
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
+from strata_doctor.rules import page_cache as cache
+from strata_doctor.rules.page_cache import CacheVerdict, assess_cache
 
 DROP_CACHES = "sync; echo 1 > /proc/sys/vm/drop_caches"
 
@@ -47,50 +49,44 @@ class PageCache(Check):
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         caches = ctx.binding_node_caches or ()
-        pinned = ctx.config.pinned_bytes or 0
-        nodes = ",".join(str(c.node) for c in caches)
-        where = f"node {nodes}" if len(caches) == 1 else f"nodes {nodes}"
-        has = "has" if len(caches) == 1 else "have"
-        total, mem_free, file_pages, inactive, droppable = (
-            sum(getattr(c, f) for c in caches)
-            for f in ("mem_total", "mem_free", "file_pages", "inactive_file", "droppable"))
-        modes = {c.zone_reclaim_mode for c in caches}
-        mode_value = next(iter(modes)) if len(modes) == 1 else None
-        mode = "unreadable" if mode_value is None else str(mode_value)
+        v = assess_cache(caches, ctx.config.pinned_bytes or 0, ctx.engine_process)
+        where, has = self._where(caches)
+        mode = "unreadable" if v.zone_reclaim_mode is None else str(v.zone_reclaim_mode)
         evidence = self._evidence(caches, mode)
-        proc = ctx.engine_process
-        held = sum(proc.bytes_on(c.node) for c in caches) if proc is not None else 0
-        if held and held * 10 >= pinned * 9:
+        pinned, free = format_bytes(v.pinned), format_bytes(v.free)
+        own = f" (with the {format_bytes(v.held)} the running engine holds there)" if v.held else ""
+        if v.case == cache.ENGINE_PLACED:
             yield self.finding("engine-placed", Severity.OK,
-                               f"the running engine already holds {format_bytes(held)} on {where}",
+                               f"the running engine already holds {format_bytes(v.held)} on {where}",
                                evidence=evidence)
-            return
-        free = mem_free + held  # what the running engine holds there is freed when it restarts
-        own = f" (with the {format_bytes(held)} the running engine holds there)" if held else ""
-        if free >= pinned:
+        elif v.case == cache.FITS:
             yield self.finding("fits", Severity.OK,
-                               f"{where} {has} {format_bytes(free)} free{own} for arena + K/V "
-                               f"({format_bytes(pinned)}); {format_bytes(file_pages)} is page cache",
+                               f"{where} {has} {free} free{own} for arena + K/V "
+                               f"({pinned}); {format_bytes(v.file_pages)} is page cache",
                                evidence=evidence)
-            return
-        short = pinned - free
-        if free + droppable < pinned:
+        elif v.case == cache.SHORT:
             yield self.finding(
                 "short", Severity.OK,
-                f"page cache is not what keeps the arena off {where}: {format_bytes(free)} free{own} and "
-                f"{format_bytes(file_pages)} of cache against arena + K/V ({format_bytes(pinned)}); "
+                f"page cache is not what keeps the arena off {where}: {free} free{own} and "
+                f"{format_bytes(v.file_pages)} of cache against arena + K/V ({pinned}); "
                 "arena-fit says how much is short", evidence=evidence)
-            return
+        else:
+            yield self._cache_fills_node(v, where, has, own, mode, evidence)
+
+    def _cache_fills_node(
+        self, v: CacheVerdict, where: str, has: str, own: str, mode: str, evidence: Tuple[Evidence, ...],
+    ) -> Finding:
+        short = format_bytes(v.short)
         reclaim = ("zone_reclaim_mode=0: the kernel takes the far node's free pages before it reclaims "
-                   "this cache" if mode_value == 0 else
+                   "this cache" if v.zone_reclaim_mode == 0 else
                    f"zone_reclaim_mode={mode}: the kernel reclaims this node's cache first, at the cost of "
                    "stalls while the arena loads")
-        yield self.finding(
+        return self.finding(
             "cache-fills-node", Severity.WARNING,
-            f"{where} {has} {format_bytes(free)} free{own} of {format_bytes(total)}, "
-            f"{format_bytes(short)} short of arena + K/V ({format_bytes(pinned)}); "
-            f"{format_bytes(file_pages)} of it is page cache ({format_bytes(inactive)} inactive)",
-            detail=f"{reclaim}, so a preferred binding puts {format_bytes(short)} of the arena on the "
+            f"{where} {has} {format_bytes(v.free)} free{own} of {format_bytes(v.mem_total)}, "
+            f"{short} short of arena + K/V ({format_bytes(v.pinned)}); "
+            f"{format_bytes(v.file_pages)} of it is page cache ({format_bytes(v.inactive_file)} inactive)",
+            detail=f"{reclaim}, so a preferred binding puts {short} of the arena on the "
             "far node, where every expert read crosses the socket link.",
             evidence=evidence,
             fix=Fix(
@@ -104,6 +100,11 @@ class PageCache(Check):
                 takes_effect="restart",
             ),
         )
+
+    def _where(self, caches: Tuple[NodeCache, ...]) -> Tuple[str, str]:
+        """(``node 1`` or ``nodes 0,1``, and the verb that agrees with it)."""
+        nodes = ",".join(str(c.node) for c in caches)
+        return (f"node {nodes}", "has") if len(caches) == 1 else (f"nodes {nodes}", "have")
 
     def _evidence(self, caches: Tuple[NodeCache, ...], mode: str) -> Tuple[Evidence, ...]:
         rows = [Evidence(c.source, f"MemTotal={format_bytes(c.mem_total)}, MemFree="

@@ -10,9 +10,23 @@ from strata_doctor.facts.hugepages import SYSCTL_KEY
 from strata_doctor.facts.parse import format_bytes, format_count
 from strata_doctor.facts.thp import THP_DIR, ThpFacts
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, RuntimeAction, Severity
-from strata_doctor.rules.pool import PoolAssessment, pool_fix_pending
+from strata_doctor.rules import thp as thp_rules
+from strata_doctor.rules.pool import PoolAssessment
+from strata_doctor.rules.thp import thp_case, thp_configured_on, thp_reliance
 
 STALLING_DEFRAG = ("always",)
+
+WHY_THP = {
+    thp_rules.THP_MODE: "the engine runs with hugepages: thp",
+    thp_rules.HUGETLB_MODE: "the engine maps its arena with MAP_HUGETLB",
+    thp_rules.TRAP: "MAP_HUGETLB will fail (hugepages/trap), so the engine falls back to THP",
+    thp_rules.FALLBACK: "MAP_HUGETLB cannot get the arena's pages, so the engine falls back to THP",
+    thp_rules.NO_POOL: "there is no hugepage pool, so the engine (hugepages: auto) uses THP",
+    thp_rules.NO_ARENA: "the engine (hugepages: auto) falls back to THP if the pool is short",
+    thp_rules.POOL_FITS: "the pool fits, so the engine (hugepages: auto) uses MAP_HUGETLB and THP only for "
+    "the rest",
+}
+"""Why the arena does or does not rely on THP, for each reason without a pending pool."""
 
 
 class TransparentHugepages(Check):
@@ -60,40 +74,25 @@ class TransparentHugepages(Check):
         self, ctx: HostContext, thp: ThpFacts, a: PoolAssessment, evidence: Tuple[Evidence, ...],
     ) -> Finding:
         why = self._why_thp(ctx, a)
-        if thp.enabled == "never":
-            if not a.relies_on_thp:
-                return self.finding("off", Severity.OK,
-                                    "THP is off (enabled=never); the engine maps its arena with "
-                                    "MAP_HUGETLB and does not need it", evidence=evidence)
-            pending = next(((f, v) for f, v in thp.configured if v in ("always", "madvise")), None)
-            if pending:
-                return self.finding(
-                    "configured", Severity.INFO,
-                    f"configured: transparent_hugepage={pending[1]} in {pending[0]}; takes effect "
-                    "after a reboot (THP is off until then)", evidence=evidence)
-            arena = ctx.config.arena_bytes
-            pages = f" ({-(-arena // 4096):,} 4 KiB pages instead of {-(-arena // 2**21):,} 2 MiB ones)" \
-                if arena else ""
+        found = thp_case(thp, a.relies_on_thp)
+        if found == "never":
+            return self._never(ctx, thp, why, evidence)
+        if found == "off":
+            return self.finding("off", Severity.OK,
+                                "THP is off (enabled=never); the engine maps its arena with "
+                                "MAP_HUGETLB and does not need it", evidence=evidence)
+        if found == "configured":
+            pending = thp_configured_on(thp)
+            assert pending is not None
             return self.finding(
-                "never", Severity.WARNING,
-                f"THP is off (enabled=never) but {why}: the arena will sit in 4 KiB pages{pages}",
-                detail="Every expert read then walks page tables through far more TLB misses. "
-                "Set enabled to madvise (the arena asks for huge pages; the rest of the host is "
-                "unaffected) or always.",
-                evidence=evidence,
-                fix=None if ctx.hugepages.container or ctx.hugepages.sys_readonly else Fix(
-                    summary="set transparent_hugepage/enabled to madvise now and at boot",
-                    actions=(RuntimeAction("write-sysfs", f"{THP_DIR}/enabled", "madvise"),),
-                    manual=(ManualStep("Add `transparent_hugepage=madvise` to the kernel command line "
-                                       "so that it survives a reboot."),),
-                    takes_effect="now",
-                ),
-            )
-        if not a.relies_on_thp:
+                "configured", Severity.INFO,
+                f"configured: transparent_hugepage={pending[1]} in {pending[0]}; takes effect "
+                "after a reboot (THP is off until then)", evidence=evidence)
+        if found == "not-needed":
             return self.finding(
                 "not-needed", Severity.OK,
                 f"THP enabled={thp.enabled}; the arena does not need it ({why})", evidence=evidence)
-        if thp.enabled == "always":
+        if found == "always":
             return self.finding(
                 "always", Severity.OK,
                 f"THP enabled=always: the arena gets huge pages ({why})",
@@ -103,10 +102,31 @@ class TransparentHugepages(Check):
                 evidence=evidence,
             )
         return self.finding(
-            "madvise" if thp.enabled == "madvise" else "enabled", Severity.OK,
+            found, Severity.OK,
             f"THP enabled={thp.enabled}: the arena gets huge pages when it asks with "
             f"madvise(MADV_HUGEPAGE) ({why})",
             evidence=evidence,
+        )
+
+    def _never(self, ctx: HostContext, thp: ThpFacts, why: str, evidence: Tuple[Evidence, ...]) -> Finding:
+        """THP is off, and the arena relies on it."""
+        arena = ctx.config.arena_bytes
+        pages = f" ({-(-arena // 4096):,} 4 KiB pages instead of {-(-arena // 2**21):,} 2 MiB ones)" \
+            if arena else ""
+        return self.finding(
+            "never", Severity.WARNING,
+            f"THP is off (enabled=never) but {why}: the arena will sit in 4 KiB pages{pages}",
+            detail="Every expert read then walks page tables through far more TLB misses. "
+            "Set enabled to madvise (the arena asks for huge pages; the rest of the host is "
+            "unaffected) or always.",
+            evidence=evidence,
+            fix=None if ctx.hugepages.container or ctx.hugepages.sys_readonly else Fix(
+                summary="set transparent_hugepage/enabled to madvise now and at boot",
+                actions=(RuntimeAction("write-sysfs", f"{THP_DIR}/enabled", "madvise"),),
+                manual=(ManualStep("Add `transparent_hugepage=madvise` to the kernel command line "
+                                   "so that it survives a reboot."),),
+                takes_effect="now",
+            ),
         )
 
     def _defrag(self, thp: ThpFacts, a: PoolAssessment) -> Optional[Finding]:
@@ -124,27 +144,13 @@ class TransparentHugepages(Check):
         )
 
     def _why_thp(self, ctx: HostContext, a: PoolAssessment) -> str:
-        if a.mode == "thp":
-            return "the engine runs with hugepages: thp"
-        if a.mode == "hugetlb":
-            return "the engine maps its arena with MAP_HUGETLB"
-        if a.fails and a.mode == "auto":
-            # The hugepages check's own answers (ctx.pool_assessment, ctx.trap_verdict), so
-            # this text names the finding it gives, also once its fix is written.
-            pending = pool_fix_pending(ctx.hugepages, a)
-            if pending is not None and pending.pages == 0:
-                return (f"the pool's fix is written: {SYSCTL_KEY} = 0 in {pending.path}, so the "
-                        "engine runs on THP")
-            if pending is not None:
-                return (f"MAP_HUGETLB cannot get the arena's pages until {SYSCTL_KEY} = "
-                        f"{format_count(pending.pages)} in {pending.path} takes effect; the engine "
-                        "falls back to THP until then")
-            verdict = ctx.trap_verdict
-            if verdict is not None and verdict.error:
-                return "MAP_HUGETLB will fail (hugepages/trap), so the engine falls back to THP"
-            return "MAP_HUGETLB cannot get the arena's pages, so the engine falls back to THP"
-        if not a.uses_pool:
-            return "there is no hugepage pool, so the engine (hugepages: auto) uses THP"
-        if a.need is None:
-            return "the engine (hugepages: auto) falls back to THP if the pool is short"
-        return "the pool fits, so the engine (hugepages: auto) uses MAP_HUGETLB and THP only for the rest"
+        reliance = thp_reliance(ctx.hugepages, a, lambda: ctx.trap_verdict)
+        pending = reliance.pending
+        if pending is not None and reliance.reason == thp_rules.FIX_WRITTEN:
+            return (f"the pool's fix is written: {SYSCTL_KEY} = 0 in {pending.path}, so the "
+                    "engine runs on THP")
+        if pending is not None:
+            return (f"MAP_HUGETLB cannot get the arena's pages until {SYSCTL_KEY} = "
+                    f"{format_count(pending.pages)} in {pending.path} takes effect; the engine "
+                    "falls back to THP until then")
+        return WHY_THP[reliance.reason]

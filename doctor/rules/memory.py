@@ -1,16 +1,17 @@
 """Ordinary memory around the engine's start: what is left after it (:func:`project_memory`)
-and the room the arena has on its node (:func:`arena_headroom`).
+and the room the arena has on its node (:func:`arena_headroom`, :func:`node_room`).
 
 The pool's arithmetic is :mod:`strata_doctor.rules.pool`, the seed's trap
 :mod:`strata_doctor.rules.trap`; :class:`~strata_doctor.context.HostContext` keeps each
 answer for the host.
 """
 
-from typing import NamedTuple, Optional, Tuple
+from typing import FrozenSet, Mapping, NamedTuple, Optional, Tuple
 
 from strata_doctor.config import EngineConfig
+from strata_doctor.facts.engine import EngineProcess
 from strata_doctor.facts.hugepages import HugepageFacts
-from strata_doctor.facts.numa import NumaFacts
+from strata_doctor.facts.numa import NumaFacts, NumaNode
 from strata_doctor.facts.parse import format_bytes
 from strata_doctor.rules.binding import BindingPlan
 from strata_doctor.rules.pool import PoolAssessment
@@ -108,3 +109,57 @@ def arena_headroom(
         return ("all", mem_total - need) if mem_total is not None else None
     total = sum(n.memory_total or 0 for n in numa.nodes if n.id in plan.mem_nodes)
     return plan.nodes_text, total - need
+
+
+class ArenaRoom(NamedTuple):
+    """The memory the arena is bound to: the planned node(s), or the whole host."""
+
+    nodes: FrozenSet[int]
+    """The planned memory nodes; empty when the whole host counts."""
+    counted: Tuple[NumaNode, ...]
+    """The NUMA nodes whose memory is counted; empty for the whole host."""
+    nodes_text: str
+    """The planned nodes as the plan writes them (``1`` or ``0,1``); empty for the whole host."""
+    total: Optional[int]
+    """MemTotal of the node(s) or the host; None when unreadable."""
+    free: Optional[int]
+    """MemFree of the node(s), MemAvailable (MemFree without it) of the host."""
+    host: bool = False
+    """Whether the whole host counts (no binding plan, or no NUMA facts)."""
+
+
+def node_room(numa: NumaFacts, plan: Optional[BindingPlan]) -> Optional[ArenaRoom]:
+    """The planned node(s)' memory; None without a plan or NUMA facts (the host counts)."""
+    if plan is None or not numa.nodes:
+        return None
+    counted = tuple(n for n in numa.nodes if n.id in plan.mem_nodes)
+    total = sum(n.memory_total or 0 for n in counted)
+    free = sum(n.memory_free or 0 for n in counted)
+    return ArenaRoom(plan.mem_nodes, counted, plan.nodes_text, total, free)
+
+
+def host_room(meminfo: Mapping[str, int]) -> ArenaRoom:
+    """The whole host's memory, from ``/proc/meminfo``."""
+    free = meminfo.get("MemAvailable", meminfo.get("MemFree"))
+    return ArenaRoom(frozenset(), (), "", meminfo.get("MemTotal"), free, host=True)
+
+
+def engine_held(engine: Optional[EngineProcess], nodes: FrozenSet[int]) -> int:
+    """Memory the running engine holds on ``nodes`` (all of it when empty), free again at
+    its restart; 0 when no engine runs."""
+    if engine is None:
+        return 0
+    if not nodes:
+        return engine.resident_bytes
+    return sum(engine.bytes_on(n) for n in nodes)
+
+
+def spill_node(numa: NumaFacts, nodes: FrozenSet[int]) -> Optional[Tuple[int, int]]:
+    """(distance, node) of the nearest node with memory outside ``nodes``, where a preferred
+    policy spills what does not fit; None when there is none."""
+    first = numa.node(min(nodes)) if nodes else None
+    if first is None:
+        return None
+    others = sorted((first.distance_to(n.id) or 999, n.id) for n in numa.nodes
+                    if n.id not in nodes and n.has_memory)
+    return others[0] if others else None

@@ -10,6 +10,12 @@ from strata_doctor.facts.hugepages import HugepageFacts, format_page_size
 from strata_doctor.facts.parse import format_bytes, format_count
 
 
+def pool_words(pool: PagePool) -> str:
+    """``24,000 2 MiB pages (46.88 GiB)``."""
+    return (f"{format_count(pool.total)} {format_page_size(pool.size)} pages "
+            f"({format_bytes(pool.total * pool.size)})")
+
+
 # -- the engine's need and what the pool will do to it ------------------------------------
 class HugepageNeed(NamedTuple):
     """How many hugepages the arena needs: ceil(arena / page size)."""
@@ -86,6 +92,24 @@ class PoolAssessment(NamedTuple):
     def missing(self) -> int:
         """Pages short of the need (0 when it fits)."""
         return max(0, self.need.pages - self.available) if self.need else 0
+
+    @property
+    def taken(self) -> int:
+        """Pages of the pool that are not free (0 without a pool)."""
+        return self.pool.total - self.pool.free if self.pool else 0
+
+    @property
+    def grow_to(self) -> int:
+        """Pages a pool grown for the arena needs: the arena's, and those other processes
+        hold (0 without an arena)."""
+        return self.need.pages + max(0, self.taken - self.engine_pages) if self.need else 0
+
+    @property
+    def spare(self) -> int:
+        """Pages that stay idle once the arena has its pages (0 without a pool or arena)."""
+        if self.pool is None or self.need is None:
+            return 0
+        return self.pool.total - self.need.pages - (self.pool.used - self.engine_pages)
 
 
 def assess_pool(facts: HugepageFacts, config: EngineConfig, engine_pid: Optional[int]) -> PoolAssessment:
