@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import FrozenSet, Iterator, Optional
+from typing import FrozenSet, Iterator, List, Optional
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
 from strata_doctor.facts.parse import format_cpulist, parse_cpulist
+from strata_doctor.facts.processes import ProcessInfo
 from strata_doctor.facts.units import RESERVED_UNITS
 from strata_doctor.model import Evidence, Finding, Severity
 
@@ -40,7 +41,7 @@ class CpuContention(Check):
         plan = ctx.binding_plan
         assert plan is not None  # applies() ruled this out
         engine_pid = ctx.engine_pid  # the engine is not "another process", however started
-        uptime = ctx.uptime or 0.0
+        uptime = ctx.uptime or 0.0  # read on every run, also when no process shares the node
         others = [
             p for p in ctx.processes
             if not p.kernel_thread and p.pid != engine_pid and p.cpus_allowed & plan.cpus
@@ -64,18 +65,24 @@ class CpuContention(Check):
                 ),
             )
             return
+        yield self._shared(others, uptime, plan.cpus, node_text)
+
+    def _shared(
+        self, others: List[ProcessInfo], uptime: float, cpus: FrozenSet[int], node_text: str,
+    ) -> Finding:
+        """Info naming the busiest of the processes that share the node's CPUs."""
         load = sum(p.cpu_share(uptime) for p in others)
         top = sorted(others, key=lambda p: p.cpu_share(uptime), reverse=True)[:TOP]
         names = ", ".join(f"{p.name} ({p.pid}) {p.cpu_share(uptime):.2f}" for p in top)
-        yield self.finding(
+        return self.finding(
             "shared-cpus", Severity.INFO,
             f"{len(others)} other processes may run on node {node_text}'s CPUs "
-            f"({format_cpulist(plan.cpus)}); together they averaged {load:.2f} CPUs",
+            f"({format_cpulist(cpus)}); together they averaged {load:.2f} CPUs",
             detail=f"Busiest (average CPUs since start): {names}. "
             "`strata-doctor fix --reserve-node` gives the engine its own slice on this node "
             "and moves system.slice, user.slice and init.scope to the other nodes.",
             evidence=(Evidence("/proc/*/status", f"{len(others)} processes with Cpus_allowed_list "
-                               f"overlapping {format_cpulist(plan.cpus)}"),),
+                               f"overlapping {format_cpulist(cpus)}"),),
         )
 
     def _configured_fence(self, ctx: HostContext, cpus: FrozenSet[int]) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import FrozenSet, Iterator, Optional, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
@@ -39,24 +39,12 @@ class ExpertWorkers(Check):
         workers = ctx.config.workers
         assert workers is not None  # applies() ruled this out
         cpus, where = ctx.pool_cpus
-        siblings = ctx.thread_siblings
-        cores = siblings.cores_in(cpus)
-        source = "thread_siblings_list"
-        if cores is None:
-            cores, source = ctx.cpu.cores_in(cpus), "/proc/cpuinfo core id"
+        cores, counted = _cores(ctx, cpus)
+        evidence = [Evidence(ctx.config.source or "config", f"workers: {workers}"), counted]
         logical = len(cpus)
         place = f"{where}'s" if where != "the host" else "the host's"
         has = f"{place} {cores} physical cores ({logical} CPUs: {format_cpulist(cpus)})"
         suggest = _suggestion(cores)
-        evidence = [Evidence(ctx.config.source or "config", f"workers: {workers}")]
-        example = next((core for core in siblings.cores if core & cpus and len(core) > 1), None)
-        if source == "thread_siblings_list" and example is not None:
-            first = min(example)
-            evidence.append(Evidence(f"/sys/devices/system/cpu/cpu{first}/topology/thread_siblings_list",
-                                     format_cpulist(example)))
-        else:
-            evidence.append(Evidence("/proc/cpuinfo", f"{cores} distinct (physical id, core id) among "
-                                     f"{logical} CPUs"))
         if workers > logical:
             yield self.finding(
                 "oversubscribed", Severity.WARNING,
@@ -83,6 +71,21 @@ class ExpertWorkers(Check):
                 f"workers: {workers} fits {has}",
                 evidence=tuple(evidence),
             )
+
+
+def _cores(ctx: HostContext, cpus: FrozenSet[int]) -> Tuple[int, Evidence]:
+    """Physical cores among ``cpus`` (from thread_siblings_list, else cpuinfo's core ids),
+    with the evidence: a core with SMT siblings, else the count of distinct core ids."""
+    siblings = ctx.thread_siblings
+    cores = siblings.cores_in(cpus)
+    example = next((core for core in siblings.cores if core & cpus and len(core) > 1), None)
+    if cores is not None and example is not None:
+        return cores, Evidence(f"/sys/devices/system/cpu/cpu{min(example)}/topology/thread_siblings_list",
+                               format_cpulist(example))
+    if cores is None:
+        cores = ctx.cpu.cores_in(cpus)
+    return cores, Evidence("/proc/cpuinfo", f"{cores} distinct (physical id, core id) among "
+                           f"{len(cpus)} CPUs")
 
 
 def _suggestion(cores: int) -> str:

@@ -7,6 +7,7 @@ one that fails to load becomes a crashed row, never a crashed run.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type
@@ -84,30 +85,36 @@ def _group_may_be_declared() -> bool:
     enough to rule plug-ins out. Anything this search cannot see (a zip on the path, an
     ``.egg``, a finder other than the standard one) answers True, and the full lookup runs.
     """
-    import os
     from importlib.machinery import PathFinder
 
     if any(getattr(f, "find_distributions", None) and f is not PathFinder for f in sys.meta_path):
         return True
     marker = ENTRY_POINT_GROUP.encode()
-    for entry in sys.path:
-        try:
-            names = os.listdir(entry or ".")
-        except NotADirectoryError:
-            return True  # a zip file
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith(".egg"):
-                return True
-            if name.endswith((".dist-info", ".egg-info")):
-                try:
-                    with open(os.path.join(entry, name, "entry_points.txt"), "rb") as handle:
-                        if marker in handle.read():
-                            return True
-                except OSError:
-                    continue
-    return False
+    return any(_entry_may_declare(entry, marker) for entry in sys.path)
+
+
+def _entry_may_declare(entry: str, marker: bytes) -> bool:
+    """Whether one ``sys.path`` entry may hold a distribution that names the group: a zip,
+    an ``.egg``, or an ``entry_points.txt`` with the group's name in it."""
+    try:
+        names = os.listdir(entry or ".")
+    except NotADirectoryError:
+        return True  # a zip file
+    except OSError:
+        return False
+    return any(_distribution_may_declare(entry, name, marker) for name in names)
+
+
+def _distribution_may_declare(entry: str, name: str, marker: bytes) -> bool:
+    if name.endswith(".egg"):
+        return True
+    if not name.endswith((".dist-info", ".egg-info")):
+        return False
+    try:
+        with open(os.path.join(entry, name, "entry_points.txt"), "rb") as handle:
+            return marker in handle.read()
+    except OSError:
+        return False
 
 
 def all_checks(with_plugins: bool = True) -> Tuple[List[Type[Check]], List[Crash]]:
