@@ -6,7 +6,8 @@ from typing import Iterator, Optional, Sequence, Tuple
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.facts.gpu import NVIDIA_SMI_Q, Gpu
+from strata_doctor.facts.gpu import Gpu
+from strata_doctor.facts.nvidia_smi import NVIDIA_SMI_Q
 from strata_doctor.facts.parse import format_cpulist
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.rules.gpu import GpuPlacement

@@ -6,7 +6,8 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.facts.gpu import NVIDIA_SMI_QUERY, PCIE_GENERATIONS, Gpu, SmiGpuState, speed_text
+from strata_doctor.facts.gpu import PCIE_GENERATIONS, Gpu, speed_text
+from strata_doctor.facts.nvidia_smi import NVIDIA_SMI_QUERY, SmiGpuState
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.rules.pcie import LinkReading, link_verdict, read_link
 

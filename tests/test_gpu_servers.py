@@ -9,8 +9,8 @@ from typing import Dict, Tuple
 
 import pytest
 
-from strata_doctor.facts.gpu import read_smi_query
 from strata_doctor.facts.numa import read_numa
+from strata_doctor.facts.nvidia_smi import read_smi_query
 from strata_doctor.root import XCOMP_COMMAND, Root, _xcomp_live
 from tests.conftest import UNBOUND_UNIT, check_json, findings_of, two_node_files, write_tree
 

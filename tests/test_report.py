@@ -17,7 +17,7 @@ from typing import Dict, List
 
 import pytest
 
-from strata_doctor.facts.gpu import parse_smi_query
+from strata_doctor.facts.nvidia_smi import parse_smi_query
 from tests.conftest import HOSTS, REPO, UNBOUND_UNIT, compare_golden, run_cli, two_node_files, write_tree
 
 GOLDEN = REPO / "tests" / "golden" / "report"
@@ -184,7 +184,7 @@ def test_smi_query_parser() -> None:
 def test_the_gpu_query_is_parsed_once(planted_host: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One parser (facts.parse_smi_query), read once per host through ctx.smi_query: the
     checks, the Hardware section, the map and redaction all take its rows."""
-    from strata_doctor.facts import gpu as facts
+    from strata_doctor.facts import nvidia_smi as facts
 
     calls: List[str] = []
     parse = facts.parse_smi_query
@@ -203,7 +203,7 @@ def test_the_gpu_query_is_parsed_once(planted_host: Path, monkeypatch: pytest.Mo
 def test_docs_list_exactly_the_fields_of_the_query() -> None:
     """docs/report.md names every field ``nvidia-smi --query-gpu`` asks for, in order, and
     the command line as it runs."""
-    from strata_doctor.facts.gpu import NVIDIA_SMI_QUERY
+    from strata_doctor.facts.nvidia_smi import NVIDIA_SMI_QUERY
 
     doc = (REPO / "docs" / "report.md").read_text()
     option = next(arg for arg in NVIDIA_SMI_QUERY.argv if arg.startswith("--query-gpu="))

@@ -210,10 +210,19 @@ def model_isa(vendor_family_model: Optional[Tuple[str, int, int]]) -> Optional[T
     vendor, family, model = vendor_family_model
     if vendor == "GenuineIntel" and family == 6:
         return _INTEL_MODELS.get(model)
-    if vendor == "AuthenticAMD" and family == 25 and (0x10 <= model <= 0x1F or 0x60 <= model <= 0x7F
-                                                       or 0xA0 <= model <= 0xAF):
+    if vendor == "AuthenticAMD":
+        return _amd_isa(family, model)
+    return None
+
+
+_ZEN4_MODELS = ((0x10, 0x1F), (0x60, 0x7F), (0xA0, 0xAF))
+"""Family 25 (Zen 3 and Zen 4) model ranges of Zen 4, the first AMD core with AVX-512."""
+
+
+def _amd_isa(family: int, model: int) -> Optional[Tuple[str, Tuple[str, ...]]]:
+    if family == 25 and any(low <= model <= high for low, high in _ZEN4_MODELS):
         return "Zen 4", ("avx512f",)
-    if vendor == "AuthenticAMD" and family == 26:
+    if family == 26:
         return "Zen 5", ("avx512f",)
     return None
 

@@ -138,30 +138,7 @@ def read_cpu_frequency(root: Root, cpus: Iterable[int]) -> CpuFrequency:
     its first one), and then every policy. Driver and clocks are read once for each distinct
     governor and preference, from the first policy that has them.
     """
-    wanted = frozenset(cpus)
-    names = sorted((n for n in root.listdir(CPUFREQ_DIR) if n.startswith("policy") and n[6:].isdigit()),
-                   key=lambda n: int(n[6:]))
-    chosen = [n for n in names if int(n[6:]) in wanted] or names
-    policies: List[FreqPolicy] = []
-    shared: Dict[Tuple[Optional[str], Optional[str]], FreqPolicy] = {}
-    for name in chosen:
-        base = f"{CPUFREQ_DIR}/{name}"
-        governor = root.read_value(f"{base}/scaling_governor")
-        epp = root.read_value(f"{base}/energy_performance_preference")
-        cpus_text = root.read(f"{base}/affected_cpus") or root.read(f"{base}/related_cpus") or ""
-        governed = parse_cpulist(",".join(cpus_text.split())) or frozenset({int(name[6:])})
-        first = shared.get((governor, epp))
-        if first is None:
-            first = shared[(governor, epp)] = FreqPolicy(
-                path=base, cpus=governed, driver=root.read_value(f"{base}/scaling_driver"),
-                governor=governor, epp=epp,
-                cur_khz=parse_int(root.read(f"{base}/scaling_cur_freq")),
-                min_khz=parse_int(root.read(f"{base}/cpuinfo_min_freq")),
-                max_khz=parse_int(root.read(f"{base}/cpuinfo_max_freq")),
-            )
-            policies.append(first)
-        else:
-            policies.append(first._replace(path=base, cpus=governed))
+    policies = _read_policies(root, _policy_names(root, frozenset(cpus)))
     profile = root.read_value(PLATFORM_PROFILE)
     tuned_profile = root.read_value(TUNED_PROFILE) if root.exists(TUNED_PROFILE) else None
     return CpuFrequency(
@@ -172,6 +149,46 @@ def read_cpu_frequency(root: Root, cpus: Iterable[int]) -> CpuFrequency:
         platform_profile=profile or None,
         tuned=any(root.exists(path) for path in TUNED_ADM),
         tuned_profile=tuned_profile or None,
+    )
+
+
+def _policy_names(root: Root, wanted: FrozenSet[int]) -> List[str]:
+    """The ``policyN`` folders named after a CPU of ``wanted``, in CPU order; every policy
+    when none is."""
+    names = sorted((n for n in root.listdir(CPUFREQ_DIR) if n.startswith("policy") and n[6:].isdigit()),
+                   key=lambda n: int(n[6:]))
+    return [n for n in names if int(n[6:]) in wanted] or names
+
+
+def _read_policies(root: Root, names: List[str]) -> List[FreqPolicy]:
+    """Each policy of ``names``; driver and clocks are those of the first policy read with
+    the same governor and preference."""
+    policies: List[FreqPolicy] = []
+    shared: Dict[Tuple[Optional[str], Optional[str]], FreqPolicy] = {}
+    for name in names:
+        base = f"{CPUFREQ_DIR}/{name}"
+        governor = root.read_value(f"{base}/scaling_governor")
+        epp = root.read_value(f"{base}/energy_performance_preference")
+        cpus_text = root.read(f"{base}/affected_cpus") or root.read(f"{base}/related_cpus") or ""
+        governed = parse_cpulist(",".join(cpus_text.split())) or frozenset({int(name[6:])})
+        first = shared.get((governor, epp))
+        if first is None:
+            first = shared[(governor, epp)] = _read_clocks(root, base, governed, governor, epp)
+            policies.append(first)
+        else:
+            policies.append(first._replace(path=base, cpus=governed))
+    return policies
+
+
+def _read_clocks(root: Root, base: str, governed: FrozenSet[int], governor: Optional[str],
+                 epp: Optional[str]) -> FreqPolicy:
+    """The policy in ``base`` with its driver and clocks read."""
+    return FreqPolicy(
+        path=base, cpus=governed, driver=root.read_value(f"{base}/scaling_driver"),
+        governor=governor, epp=epp,
+        cur_khz=parse_int(root.read(f"{base}/scaling_cur_freq")),
+        min_khz=parse_int(root.read(f"{base}/cpuinfo_min_freq")),
+        max_khz=parse_int(root.read(f"{base}/cpuinfo_max_freq")),
     )
 
 

@@ -105,32 +105,9 @@ def read_numa(root: Root) -> NumaFacts:
     )
     online = parse_cpulist(root.read(f"{CPU_DIR}/online") or "")
     offline = parse_cpulist(root.read(f"{CPU_DIR}/offline") or "")
-    quirks: List[str] = []
     raw = [_read_node(root, node_id) for node_id in ids]
-    quirks.extend(
-        f"node{node_id}: cpumap sets CPU ids at or above {MAX_CPU}, the kernel's limit; ignored"
-        for node_id, _, source, _, _ in raw
-        if source == "cpumap" and cpumap_beyond_limit(root.read(f"{NODE_DIR}/node{node_id}/cpumap") or "")
-    )
-    if not online:
-        online = frozenset().union(*(cpus for _, cpus, _, _, _ in raw)) - offline
-    offline_source = f"{CPU_DIR}/offline"
-    if root.read(f"{CPU_DIR}/online") is None:
-        # Old or trimmed sysfs without cpu/online: each cpuN/online still says 0 for an
-        # offline CPU (lstopo drops those); a CPU without the file (cpu0) is online.
-        per_cpu = _per_cpu_online(root)
-        if per_cpu is not None:
-            present, down = per_cpu
-            if not down <= offline:
-                offline_source = f"{CPU_DIR}/cpu*/online"
-            offline = offline | down
-            online = (online or present) - offline
-    if not online:
-        # Old or trimmed sysfs without cpu/online: the cpuN folders still list the CPUs.
-        online = frozenset(
-            int(name[3:]) for name in root.listdir(CPU_DIR)
-            if name.startswith("cpu") and name[3:].isdigit()
-        ) - offline
+    quirks = _cpumap_quirks(root, raw)
+    online, offline, offline_source = _cpu_states(root, raw, online, offline)
     nodes = []
     for node_id, cpus, source, meminfo, row in raw:
         distances = _pair_distances(node_id, ids, row, quirks)
@@ -150,17 +127,66 @@ def read_numa(root: Root) -> NumaFacts:
     return NumaFacts(tuple(nodes), online, offline, tuple(quirks), offline_source)
 
 
+_RawNode = Tuple[int, FrozenSet[int], str, Dict[str, int], Tuple[int, ...]]
+"""A node's files as read: id, CPUs, where they came from, meminfo, distance row."""
+_CpuStates = Tuple[FrozenSet[int], FrozenSet[int], str]
+"""Online CPUs, offline CPUs, and where the offline ones came from."""
+
+
+def _cpumap_quirks(root: Root, raw: List[_RawNode]) -> List[str]:
+    """A node's cpumap (read when it has no cpulist) that sets CPUs beyond the kernel's limit."""
+    return [
+        f"node{node_id}: cpumap sets CPU ids at or above {MAX_CPU}, the kernel's limit; ignored"
+        for node_id, _, source, _, _ in raw
+        if source == "cpumap" and cpumap_beyond_limit(root.read(f"{NODE_DIR}/node{node_id}/cpumap") or "")
+    ]
+
+
+def _cpu_states(root: Root, raw: List[_RawNode], online: FrozenSet[int],
+                offline: FrozenSet[int]) -> _CpuStates:
+    """The online and offline CPUs from ``cpu/online`` and ``cpu/offline`` as read, filled in
+    where a trimmed or old sysfs lacks them: from the nodes, each ``cpuN/online``, or the
+    ``cpuN`` folders."""
+    if not online:
+        online = frozenset().union(*(cpus for _, cpus, _, _, _ in raw)) - offline
+    states = (online, offline, f"{CPU_DIR}/offline")
+    if root.read(f"{CPU_DIR}/online") is None:
+        states = _per_cpu_states(root, states)
+    online, offline, offline_source = states
+    if not online:
+        # Old or trimmed sysfs without cpu/online: the cpuN folders still list the CPUs.
+        online = frozenset(_cpu_folders(root)) - offline
+    return online, offline, offline_source
+
+
+def _per_cpu_states(root: Root, states: _CpuStates) -> _CpuStates:
+    """Old or trimmed sysfs without cpu/online: each cpuN/online still says 0 for an offline
+    CPU (lstopo drops those); a CPU without the file (cpu0) is online."""
+    online, offline, offline_source = states
+    per_cpu = _per_cpu_online(root)
+    if per_cpu is None:
+        return states
+    present, down = per_cpu
+    if not down <= offline:
+        offline_source = f"{CPU_DIR}/cpu*/online"
+    offline = offline | down
+    return (online or present) - offline, offline, offline_source
+
+
+def _cpu_folders(root: Root) -> List[int]:
+    """The CPU of each ``cpuN`` folder, in the folder's listing order."""
+    return [int(name[3:]) for name in root.listdir(CPU_DIR) if name.startswith("cpu") and name[3:].isdigit()]
+
+
 def _per_cpu_online(root: Root) -> Optional[Tuple[FrozenSet[int], FrozenSet[int]]]:
     """(every cpuN folder, those whose ``cpuN/online`` reads 0); None when no CPU is offline
     that way, so that the common tree is read as before."""
-    cpus = [int(name[3:]) for name in root.listdir(CPU_DIR) if name.startswith("cpu") and name[3:].isdigit()]
+    cpus = _cpu_folders(root)
     down = frozenset(cpu for cpu in cpus if root.read_value(f"{CPU_DIR}/cpu{cpu}/online") == "0")
     return (frozenset(cpus), down) if down else None
 
 
-def _read_node(
-    root: Root, node_id: int
-) -> Tuple[int, FrozenSet[int], str, Dict[str, int], Tuple[int, ...]]:
+def _read_node(root: Root, node_id: int) -> _RawNode:
     base = f"{NODE_DIR}/node{node_id}"
     cpulist = root.read(f"{base}/cpulist")
     if cpulist is not None:
@@ -193,16 +219,22 @@ def _overlap_quirks(nodes: List[NumaNode]) -> List[str]:
     """A CPU belongs to exactly one node; firmware that lists it twice is broken."""
     if sum(len(node.all_cpus) for node in nodes) == len(frozenset().union(*(n.all_cpus for n in nodes))):
         return []  # no CPU is listed twice (the common case, without a table of every CPU)
+    owners = _owners(nodes)
+    shared = sorted({ids for ids in owners.values() if len(ids) > 1})
+    return [
+        f"nodes {','.join(map(str, ids))} all list the same CPUs "
+        f"({format_cpulist(frozenset(c for c, o in owners.items() if o == ids))})"
+        for ids in shared
+    ]
+
+
+def _owners(nodes: List[NumaNode]) -> Dict[int, Tuple[int, ...]]:
+    """CPU -> the ids of every node that lists it, in node order."""
     owners: Dict[int, List[int]] = {}
     for node in nodes:
         for cpu in node.all_cpus:
             owners.setdefault(cpu, []).append(node.id)
-    shared = sorted({tuple(ids) for ids in owners.values() if len(ids) > 1})
-    return [
-        f"nodes {','.join(map(str, ids))} all list the same CPUs "
-        f"({format_cpulist(frozenset(c for c, o in owners.items() if tuple(o) == ids))})"
-        for ids in shared
-    ]
+    return {cpu: tuple(ids) for cpu, ids in owners.items()}
 
 
 def _symmetry_quirks(nodes: List[NumaNode]) -> List[str]:

@@ -28,19 +28,29 @@ def unit_file_paths(root: Root, unit: str) -> List[str]:
     /usr/lib) replaces the other; the survivors apply in name order.
     """
     name, _, kind = unit.rpartition(".")
-    candidates = [unit]
-    template = None
-    if "@" in name:
-        template = name.split("@", 1)[0] + "@." + kind
-        candidates.append(template)
-    files: List[str] = []
+    template = name.split("@", 1)[0] + "@." + kind if "@" in name else None
+    files = _unit_file(root, [unit] if template is None else [unit, template])
+    chosen: Dict[str, str] = {}
+    for level in _dropin_levels(unit, template):
+        chosen.update(_dropins(root, level))
+    files.extend(chosen[n] for n in sorted(chosen))
+    return files
+
+
+def _unit_file(root: Root, candidates: List[str]) -> List[str]:
+    """The file of the first of ``candidates`` (the unit, then its template) that has one,
+    from the most specific unit directory; empty when none has."""
     for cand in candidates:
         for directory in UNIT_DIRS:
             if root.read(f"{directory}/{cand}") is not None:
-                files.append(f"{directory}/{cand}")
-                break
-        if files:
-            break
+                return [f"{directory}/{cand}"]
+    return []
+
+
+def _dropin_levels(unit: str, template: Optional[str]) -> List[str]:
+    """The drop-in directories of ``unit``, general to specific: ``<type>.d``, each dash
+    prefix's, the template's, the unit's own."""
+    name, _, kind = unit.rpartition(".")
     levels = [f"{kind}.d"]
     dashed = name.split("-")
     levels += ["-".join(dashed[:i]) + "-." + kind + ".d" for i in range(1, len(dashed))
@@ -48,16 +58,18 @@ def unit_file_paths(root: Root, unit: str) -> List[str]:
     if template:
         levels.append(template + ".d")
     levels.append(unit + ".d")
-    chosen: Dict[str, str] = {}
-    for level in levels:
-        found: Dict[str, str] = {}
-        for directory in reversed(UNIT_DIRS):
-            for entry in root.listdir(f"{directory}/{level}"):
-                if entry.endswith(".conf"):
-                    found[entry] = f"{directory}/{level}/{entry}"
-        chosen.update(found)
-    files.extend(chosen[n] for n in sorted(chosen))
-    return files
+    return levels
+
+
+def _dropins(root: Root, level: str) -> Dict[str, str]:
+    """Drop-in name -> its file, of one drop-in directory name in every unit directory; /etc
+    over /run over /usr/lib."""
+    found: Dict[str, str] = {}
+    for directory in reversed(UNIT_DIRS):
+        for entry in root.listdir(f"{directory}/{level}"):
+            if entry.endswith(".conf"):
+                found[entry] = f"{directory}/{level}/{entry}"
+    return found
 
 
 def unit_settings(root: Root, unit: str, section: str) -> Dict[str, Tuple[str, str]]:

@@ -2,7 +2,8 @@
 
 from typing import NamedTuple, Optional, Tuple
 
-from strata_doctor.facts.gpu import PCIE_GENERATIONS, Gpu, PathLink, SmiGpuState
+from strata_doctor.facts.gpu import PCIE_GENERATIONS, Gpu, PathLink
+from strata_doctor.facts.nvidia_smi import SmiGpuState
 
 
 class LinkReading(NamedTuple):
