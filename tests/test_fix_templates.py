@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from strata_doctor.fix.plan import MANAGED_MARKER, render_template
+from strata_doctor.fix.plan_files import MANAGED_MARKER, render_template
 from tests.conftest import run_cli
 from tests.test_fix_hosts import make_host
 

@@ -103,7 +103,7 @@ def test_textfile_units_render(tmp_path: Path) -> None:
     import shutil
     import subprocess
 
-    from strata_doctor.fix.plan import render_template
+    from strata_doctor.fix.plan_files import render_template
 
     service = render_template("strata-doctor-textfile.service.j2",
                               {"doctor": "/usr/bin/true", "check_args": " --arena 46.84GiB"})

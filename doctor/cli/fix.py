@@ -60,27 +60,51 @@ def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple
     """Show how to fix what `check` finds; --apply fixes it, --revert undoes it."""
     options = host_from_kwargs(kwargs)
     numa = _numa_choice(numa)
+    _refuse_misuse(options, only, skip, do_apply, revert)
+    if revert:
+        _require_privilege(options.root, True)
+        sys.exit(_revert(options.root, force, fmt, wait))
+    from strata_doctor.fix.plan import PlanOptions
+
+    _require_privilege(options.root, do_apply)
+    asked = PlanOptions(only, skip, reserve_node, preflight, restart, force)
+    sys.exit(_apply(options, numa, asked, fmt, wait, yes) if do_apply else _show(options, numa, asked, fmt))
+
+
+def _refuse_misuse(options: Any, only: Tuple[str, ...], skip: Tuple[str, ...], do_apply: bool,
+                   revert: bool) -> None:
+    """Stop, exit 2, on options that name no check or that exclude each other."""
     known_ids(only, "--only")
     known_ids(skip, "--skip")
     if do_apply and revert:
         raise UsageFailure("--apply and --revert exclude each other")
     if (do_apply or revert) and options.bundle:
         raise UsageFailure("--bundle replays a report: there is no host tree to change; use --root DIR")
-    if revert:
-        _require_privilege(options.root, True)
-        sys.exit(_revert(options.root, force, fmt, wait))
-    from strata_doctor.fix.plan import PlanOptions, build_plan, plan_data
+
+
+def _plan(options: Any, numa: Optional[str], asked: Any) -> Tuple[Any, Any, List[CheckResult], Any]:
+    """Open the host, run every check and plan their fixes: (root, context, results, plan)."""
+    from strata_doctor.fix.plan import build_plan
+
+    root, ctx = open_host(options)
+    if numa is not None:
+        ctx = _with_numa(ctx, numa)
+    before = run_selected(ctx, (), ())
+    return root, ctx, before, build_plan(ctx, before, asked)
+
+
+def _show(options: Any, numa: Optional[str], asked: Any, fmt: str) -> int:
+    """The plan, without changing anything."""
+    from strata_doctor.fix.plan import plan_data
     from strata_doctor.fix.plan_text import plan_text
 
-    _require_privilege(options.root, do_apply)
-    if not do_apply:
-        root, ctx = open_host(options)
-        if numa is not None:
-            ctx = _with_numa(ctx, numa)
-        before = run_selected(ctx, (), ())
-        plan = build_plan(ctx, before, PlanOptions(only, skip, reserve_node, preflight, restart, force))
-        _emit(fmt, plan_text(plan), {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False})
-        sys.exit(0)
+    _, _, _, plan = _plan(options, numa, asked)
+    _emit(fmt, plan_text(plan), {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False})
+    return 0
+
+
+def _apply(options: Any, numa: Optional[str], asked: Any, fmt: str, wait: bool, yes: bool) -> int:
+    """Plan under the lock and carry the plan out; the exit code."""
     from strata_doctor.fix.journal import refuse_unfinished
     from strata_doctor.fix.lock import Lock
     from strata_doctor.fix.steps import ApplyError
@@ -89,15 +113,10 @@ def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple
     try:
         with Lock(Root(options.root), wait=wait) as lock:  # before planning: see the module doc
             refuse_unfinished(lock)
-            root, ctx = open_host(options)
-            if numa is not None:
-                ctx = _with_numa(ctx, numa)
-            before = run_selected(ctx, (), ())
-            plan = build_plan(ctx, before, PlanOptions(only, skip, reserve_node, preflight, restart, force))
-            code = _apply_locked(root, ctx, before, plan, lock, options, fmt, yes)
+            root, ctx, before, plan = _plan(options, numa, asked)
+            return _apply_locked(root, ctx, before, plan, lock, options, fmt, yes)
     except ApplyError as exc:
         raise UsageFailure(str(exc)) from None
-    sys.exit(code)
 
 
 def _apply_locked(root: Any, ctx: Any, before: Sequence[CheckResult], plan: Any, lock: Any,

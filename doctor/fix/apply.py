@@ -35,8 +35,10 @@ from typing import List, Optional, Tuple
 
 from strata_doctor.fix import steps
 from strata_doctor.fix.journal import ActionEntry, FileEntry, Journal, refuse_unfinished, write_journal
-from strata_doctor.fix.lock import STATE_DIR, Lock, drop_state_quietly, new_apply_dir, open_apply_dir
-from strata_doctor.fix.plan import FixPlan, PlannedFile
+from strata_doctor.fix.lock import Lock, drop_state_quietly, new_apply_dir, open_apply_dir
+from strata_doctor.fix.plan import FixPlan
+from strata_doctor.fix.plan_files import PlannedFile
+from strata_doctor.fix.state import STATE_DIR
 from strata_doctor.fix.steps import (
     CLOEXEC,
     DIR_FLAGS,

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from strata_doctor.fix import steps
-from strata_doctor.fix.lock import STATE_DIR, Lock, apply_names
+from strata_doctor.fix.lock import Lock, apply_names
+from strata_doctor.fix.state import STATE_DIR
 from strata_doctor.fix.steps import ApplyError, open_below, read_fd, write_at
 from strata_doctor.inroot import InRoot
 from strata_doctor.root import Root

@@ -3,8 +3,8 @@
 The state folder holds the lock file and ``applies/NNNN/``, one folder per apply with its
 journal and saved originals. It is made atomically when missing (a temporary folder
 renamed into place, with ``made`` naming the topmost folder created for it) and removed,
-with those folders, once no apply is left in it; a record in the folder above names what
-is being removed, so a kill half way leaves something the next run finishes.
+with those folders, once no apply is left in it (how a kill half way through that is
+finished: :mod:`strata_doctor.fix.state`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,18 @@ import fcntl
 import os
 import re
 import time
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 from strata_doctor.fix import steps
+from strata_doctor.fix.state import (
+    STATE_DIR,
+    find_drop_record,
+    finish_drop,
+    made_folder,
+    remove_drop_record,
+    rmdir_chain,
+    write_drop_record,
+)
 from strata_doctor.fix.steps import (
     CLOEXEC,
     DIR_FLAGS,
@@ -26,16 +35,13 @@ from strata_doctor.fix.steps import (
     describe,
     read_at,
     remove_at,
-    unlink_at,
     write_at,
 )
 from strata_doctor.inroot import InRoot
 from strata_doctor.root import Root
 
-STATE_DIR = "/var/lib/strata-doctor"
 STATE_TEMP = re.compile(r"^\.strata-doctor-state\.(\d+)\.tmp$")
 MADE_FILE = "made"
-DROP_RECORD = ".strata-doctor-state.drop"
 BUSY = "another `strata-doctor fix` is running (pid {pid}); wait for it, or use --wait"
 _TRIES = 100
 
@@ -167,7 +173,7 @@ def _open_state(tree: InRoot, create: bool) -> int:
         if not create:
             _clean_state_temps(tree)
             raise
-    _finish_drop(tree)
+    finish_drop(tree)
     try:
         existing, missing = tree.locate(STATE_DIR)
     except OSError as exc:  # a dangling link, a loop, a file in a folder's place
@@ -232,7 +238,7 @@ def _clean_state_temps(tree: InRoot, parent: Optional[int] = None) -> None:
     if parent is not None:
         _remove_dead_temps(parent)
         return
-    _finish_drop(tree)
+    finish_drop(tree)
     try:
         existing, _ = tree.locate(STATE_DIR)
         parent = tree.open_dir(existing)
@@ -280,14 +286,14 @@ def drop_state_if_empty(lock: Lock) -> None:
         remove_at(state, name)
     above = made.rpartition("/")[0] or "/"
     if made != STATE_DIR:
-        _write_record(tree, above, made)
+        write_drop_record(tree, above, made)
     remove_at(state, MADE_FILE)
     steps.checkpoint("drop-state-dirs", STATE_DIR)
-    stopped = _rmdir_chain(tree, made)
+    stopped = rmdir_chain(tree, made)
     if stopped == STATE_DIR:  # someone is using it already: it keeps its record
         write_at(state, MADE_FILE, (made + "\n").encode(), 0o600)
     if made != STATE_DIR:
-        _remove_record(tree, above)
+        remove_drop_record(tree, above)
 
 
 def drop_state_quietly(lock: Lock) -> None:
@@ -299,112 +305,29 @@ def drop_state_quietly(lock: Lock) -> None:
 def _made_for_state(tree: InRoot, state_fd: int) -> str:
     """The topmost folder made for the state folder: its ``made`` record, else a removal's
     record a kill left above it, else the state folder alone."""
-    made = _made(read_at(state_fd, MADE_FILE))
+    made = made_folder(read_at(state_fd, MADE_FILE))
     if made is not None:
         return made
-    found = _find_drop_record(tree)
+    found = find_drop_record(tree)
     return found[1] if found else STATE_DIR
 
 
-def _made(record: Optional[bytes]) -> Optional[str]:
-    """The topmost folder made for the state folder, from its record; None when unknown."""
-    made = record.decode("utf-8", "replace").strip() if record else ""
-    if made == STATE_DIR or (made.startswith("/") and (STATE_DIR + "/").startswith(made.rstrip("/") + "/")):
-        return made
-    return None
 
 
-def _rmdir_chain(tree: InRoot, made: str) -> Optional[str]:
-    """Remove the state folder and its parents up to ``made``, while empty; the folder where
-    it stopped (not empty), or None."""
-    folder = STATE_DIR
-    while True:
-        head, _, name = folder.rpartition("/")
-        if not _rmdir_if_empty(tree, head or "/", name):
-            return folder
-        if folder == made or not head:
-            return None
-        folder = head
 
 
-def _rmdir_if_empty(tree: InRoot, folder: str, name: str) -> bool:
-    """Remove ``folder/name`` if it is there; False when it is not empty."""
-    try:
-        parent = tree.open_dir(folder)
-    except FileNotFoundError:
-        return True
-    try:
-        os.rmdir(name, dir_fd=parent)
-        os.fsync(parent)
-    except OSError as exc:
-        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-            return False
-        if exc.errno != errno.ENOENT:
-            raise
-    finally:
-        os.close(parent)
-    return True
 
 
-def _write_record(tree: InRoot, folder: str, made: str) -> None:
-    parent = tree.open_dir(folder)
-    try:
-        write_at(parent, DROP_RECORD, (made + "\n").encode(), 0o600)
-        os.fsync(parent)
-    finally:
-        os.close(parent)
 
 
-def _remove_record(tree: InRoot, folder: str) -> None:
-    try:
-        parent = tree.open_dir(folder)
-    except FileNotFoundError:
-        return
-    try:
-        unlink_at(parent, DROP_RECORD)
-        os.fsync(parent)
-    finally:
-        os.close(parent)
 
 
-def _find_drop_record(tree: InRoot) -> Optional[Tuple[str, str]]:
-    """(folder, topmost made folder) of a removal of the state folder that was cut short."""
-    folder = STATE_DIR.rpartition("/")[0]
-    while folder:
-        made = _record_in(tree, folder)
-        if made is not None and made.rpartition("/")[0] in (folder, "") and made != STATE_DIR:
-            return folder, made
-        folder = folder.rpartition("/")[0]
-    made = _record_at(tree.fd)
-    return ("/", made) if made is not None and made.count("/") == 1 and made != STATE_DIR else None
 
 
-def _record_in(tree: InRoot, folder: str) -> Optional[str]:
-    """The folder a removal's record in ``folder`` names; None when there is none."""
-    try:
-        parent = tree.open_dir(folder)
-    except OSError:
-        return None
-    try:
-        return _record_at(parent)
-    finally:
-        os.close(parent)
 
 
-def _record_at(dir_fd: int) -> Optional[str]:
-    try:
-        return _made(read_at(dir_fd, DROP_RECORD))
-    except OSError:
-        return None
 
 
-def _finish_drop(tree: InRoot) -> None:
-    """Finish a removal of the state folder that a kill cut short (no state folder left)."""
-    found = _find_drop_record(tree)
-    if found is None:
-        return
-    if _rmdir_chain(tree, found[1]) is None:
-        _remove_record(tree, found[0])
 
 
 # -- the applies recorded in it ---------------------------------------------------

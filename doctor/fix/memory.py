@@ -43,32 +43,43 @@ def sysctl_placement(
     """
     if config is None:
         return SYSCTL_FILE, ()
-    wanted = {key: value for key, value, _ in settings}
-    later: List[str] = []
-    stuck: List[SysctlSetting] = []
-    for setting in config.settings:
-        if setting.key not in wanted or setting.value.strip() == wanted[setting.key]:
-            continue
-        name = os.path.basename(setting.path)
-        if setting.path == "/etc/sysctl.conf":
-            stuck.append(setting)
-        elif name.endswith(OWN_SUFFIX) and setting.path.startswith("/etc/sysctl.d/"):
-            continue  # our own file from an earlier apply: it is rewritten
-        elif name >= SYSCTL_NAME:
-            later.append(name)
+    conflicting = _conflicting(settings, config)
+    stuck = tuple(s for s in conflicting if s.path == "/etc/sysctl.conf")
+    later = [name for name in map(_outranking, conflicting) if name]
     if not later:
-        return SYSCTL_FILE, tuple(stuck)
-    last = max(later)
+        return SYSCTL_FILE, stuck
+    name = _name_after(max(later))
+    if name is not None:
+        return f"/etc/sysctl.d/{name}", stuck
+    beaten = tuple(s for s in config.settings if os.path.basename(s.path) in later)
+    return SYSCTL_FILE, stuck + beaten
+
+
+def _conflicting(settings: Sequence[Tuple[str, str, str]], config: SysctlConfig) -> List[SysctlSetting]:
+    """The host's assignments of our keys to other values, in the order sysctl applies them."""
+    wanted = {key: value for key, value, _ in settings}
+    return [s for s in config.settings if s.key in wanted and s.value.strip() != wanted[s.key]]
+
+
+def _outranking(setting: SysctlSetting) -> str:
+    """The name of the sysctl.d file that sets ``setting`` when it sorts after ours; "" when
+    it does not, is /etc/sysctl.conf, or is our own file from an earlier apply (rewritten)."""
+    name = os.path.basename(setting.path)
+    own = name.endswith(OWN_SUFFIX) and setting.path.startswith("/etc/sysctl.d/")
+    if setting.path == "/etc/sysctl.conf" or own:
+        return ""
+    return name if name >= SYSCTL_NAME else ""
+
+
+def _name_after(last: str) -> Optional[str]:
+    """Our file's name sorting after ``last`` (one more than its number, else ``99-zz-``);
+    None when neither does."""
     candidates = []
     digits = last.split("-", 1)[0]
     if digits.isdigit() and int(digits) < 99:
         candidates.append(f"{int(digits) + 1:0{len(digits)}d}-{OWN_SUFFIX}")
     candidates.append(f"99-zz-{OWN_SUFFIX}")
-    for name in candidates:
-        if name > last:
-            return f"/etc/sysctl.d/{name}", tuple(stuck)
-    beaten = tuple(s for s in config.settings if os.path.basename(s.path) in later)
-    return SYSCTL_FILE, tuple(stuck) + beaten
+    return next((name for name in candidates if name > last), None)
 
 
 def sysctl_fix(

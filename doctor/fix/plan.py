@@ -1,29 +1,24 @@
 """From findings to a plan: rendered files with diffs, runtime actions, manual steps.
 
 The plan is pure data; printing it is a dry run and :mod:`strata_doctor.fix.apply` carries
-out exactly the same objects. Templates are rendered with Jinja2's StrictUndefined, so a
-missing variable is an error, never an empty string in a unit file.
+out exactly the same objects. The files are rendered and merged in
+:mod:`strata_doctor.fix.plan_files`, the fixes asked for by option come from
+:mod:`strata_doctor.fix.opt_in`.
 """
 
 from __future__ import annotations
 
-import difflib
-import errno
-import os
-import stat
-from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Sequence, Tuple
 
 from strata_doctor.context import HostContext
 from strata_doctor.facts.units import UNIT_DIRS
-from strata_doctor.model import CheckResult, FileChange, Finding, Fix, Severity
+from strata_doctor.fix.opt_in import opt_in_fixes
+from strata_doctor.fix.plan_files import PlannedFile, plan_files
+from strata_doctor.model import CheckResult, Finding, Fix, Severity
 from strata_doctor.root import Root
 
 PLAN_SCHEMA = "strata-doctor/fix-plan/v1"
-
-
-MANAGED_MARKER = "Managed by strata-doctor"
-"""Text every generated file carries; a file without it is not overwritten without --force."""
 
 
 EFFECT_ORDER = ("now", "reload", "restart", "reboot")
@@ -65,53 +60,6 @@ class Answer:
     """What the fix does."""
     takes_effect: str
     """``now``, ``reload``, ``restart`` or ``reboot``."""
-
-
-@dataclass(frozen=True)
-class PlannedFile:
-    """One file the apply will write, with what is there now."""
-
-    path: str
-    """Host path, e.g. ``/etc/sysctl.d/60-strata-doctor.conf``."""
-    mode: int
-    """Mode to write."""
-    content: str
-    """The full new content."""
-    template: str
-    """Template it was rendered from."""
-    findings: Tuple[str, ...]
-    """``check/id`` of each finding it answers."""
-    current: Optional[bytes] = None
-    """What is there now; None when absent."""
-    current_mode: Optional[int] = None
-    """Mode of what is there now."""
-    blocked: str = ""
-    """Why it cannot be written (a symlink, a directory, not ours without --force)."""
-
-    @property
-    def status(self) -> str:
-        """``create``, ``replace``, ``mode`` (same bytes, other mode) or ``unchanged``."""
-        if self.current is None:
-            return "create"
-        if self.current != self.content.encode():
-            return "replace"
-        return "mode" if self.current_mode != self.mode else "unchanged"
-
-    @property
-    def changed(self) -> bool:
-        """Whether the apply would write this file."""
-        return self.status != "unchanged"
-
-    def diff(self) -> str:
-        """A unified diff from what is there to the new content."""
-        old = (self.current or b"").decode("utf-8", "replace").splitlines(keepends=True)
-        new = self.content.splitlines(keepends=True)
-        before = "/dev/null" if self.current is None else f"a{self.path}"
-        lines = list(difflib.unified_diff(old, new, before, f"b{self.path}"))
-        if self.status == "mode":
-            return f"mode {self.current_mode or 0:04o} -> {self.mode:04o}: {self.path}\n"
-        return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-                       for line in lines)
 
 
 @dataclass(frozen=True)
@@ -189,32 +137,16 @@ class FixPlan:
 # -- building -----------------------------------------------------------------
 def build_plan(ctx: HostContext, results: Sequence[CheckResult], options: PlanOptions) -> FixPlan:
     """Collect the fixes of ``results`` (plus the opt-in ones) and render them."""
-    picked: List[Tuple[Finding, Fix]] = []
-    notes: List[str] = []
+    sorted_out = _sort_findings(results, options)
+    picked, notes = sorted_out.picked, sorted_out.notes
     problems: List[str] = []
-    configured: List[str] = []
-    left_alone: List[str] = []
-    for result in results:
-        for finding in result.findings:
-            name = f"{finding.check}/{finding.id}"
-            if finding.id == "configured" and _selected(finding, options):
-                configured.append(finding.check)
-            if not _selected(finding, options):
-                if finding.fix is not None:
-                    notes.append(f"{name}: left alone (--only/--skip)")
-                    left_alone.append(name)
-                continue
-            if finding.fix is not None:
-                picked.append((finding, finding.fix))
-            elif finding.severity >= Severity.WARNING:
-                notes.append(f"{name}: no automatic fix; see `strata-doctor check -v`")
-    picked.extend(_opt_in_fixes(ctx, results, options, problems, notes))
+    picked.extend(opt_in_fixes(ctx, results, options.reserve_node, options.preflight, problems, notes))
     answers = tuple(
         Answer(f"{f.check}/{f.id}", "requested" if f.check == "fix" else f.severity.label, fix.summary,
                fix.takes_effect)
         for f, fix in picked
     )
-    files = _plan_files(ctx.root, picked, options.force, problems)
+    files = plan_files(ctx.root, picked, options.force, problems)
     actions, manual = _plan_actions(picked, files, options.restart)
     problems.extend(_unit_problems(ctx, files))
     notes.extend(_numactl_notes(ctx.root, files, problems))
@@ -222,8 +154,45 @@ def build_plan(ctx: HostContext, results: Sequence[CheckResult], options: PlanOp
     return FixPlan(
         root=str(ctx.root.base), unit=ctx.config.unit, answers=answers, files=tuple(files),
         actions=actions, manual=manual, problems=tuple(problems), notes=tuple(notes),
-        live=ctx.root.live, configured=tuple(dict.fromkeys(configured)), left_alone=tuple(left_alone),
+        live=ctx.root.live, configured=tuple(dict.fromkeys(sorted_out.configured)),
+        left_alone=tuple(sorted_out.left_alone),
     )
+
+
+@dataclass
+class _Sorted:
+    """The findings of a run, sorted by what the plan does with them."""
+
+    picked: List[Tuple[Finding, Fix]] = field(default_factory=list)
+    """Selected findings with a fix, and the fix."""
+    notes: List[str] = field(default_factory=list)
+    """What the plan says about the others."""
+    configured: List[str] = field(default_factory=list)
+    """Selected checks that say their fix is configured."""
+    left_alone: List[str] = field(default_factory=list)
+    """Findings with a fix that --only/--skip leave alone."""
+
+
+def _sort_findings(results: Sequence[CheckResult], options: PlanOptions) -> _Sorted:
+    out = _Sorted()
+    for result in results:
+        for finding in result.findings:
+            _sort_finding(finding, _selected(finding, options), out)
+    return out
+
+
+def _sort_finding(finding: Finding, selected: bool, out: _Sorted) -> None:
+    name = f"{finding.check}/{finding.id}"
+    if finding.id == "configured" and selected:
+        out.configured.append(finding.check)
+    if not selected:
+        if finding.fix is not None:
+            out.notes.append(f"{name}: left alone (--only/--skip)")
+            out.left_alone.append(name)
+    elif finding.fix is not None:
+        out.picked.append((finding, finding.fix))
+    elif finding.severity >= Severity.WARNING:
+        out.notes.append(f"{name}: no automatic fix; see `strata-doctor check -v`")
 
 
 def _selected(finding: Finding, options: PlanOptions) -> bool:
@@ -233,194 +202,50 @@ def _selected(finding: Finding, options: PlanOptions) -> bool:
     return not names & set(options.skip)
 
 
-def _opt_in_fixes(
-    ctx: HostContext, results: Sequence[CheckResult], options: PlanOptions, problems: List[str],
-    notes: List[str],
-) -> List[Tuple[Finding, Fix]]:
-    from strata_doctor.fix.binding import preflight_fix, reserve_node_fix
-
-    extra: List[Tuple[Finding, Fix]] = []
-    if options.reserve_node:
-        binding = ctx.binding_plan
-        contention = [f for r in results for f in r.findings
-                      if f.check == "cpu-contention" and f.severity > Severity.OK]
-        finding = contention[0] if contention else Finding("fix", "reserve-node", Severity.INFO, "")
-        if binding is None:
-            problems.append("--reserve-node: no node to reserve (one NUMA node, no GPU, or --numa off)")
-        else:
-            # The files name the option, never the finding (shared-cpus before an apply,
-            # configured after it): a second apply then finds nothing to change.
-            fix, why = reserve_node_fix(ctx, binding, "--reserve-node")
-            if fix is None:
-                problems.append(why)
-            else:
-                extra.append((finding, fix))
-    if options.preflight:
-        script, where = preflight_script(ctx.root)
-        if where == "missing":
-            problems.append(f"--preflight: {script} is not an executable file, so the engine unit "
-                            "could not start; install strata-doctor as README.md says (its script "
-                            "linked to /usr/local/bin/strata-doctor), or set STRATA_DOCTOR_SCRIPT")
-        else:
-            finding = Finding("fix", "preflight", Severity.INFO, "")
-            extra.append((finding, preflight_fix(ctx.config.unit, "--preflight", script)))
-            if where == "this machine":
-                notes.append(f"--preflight: {script} is not inside {ctx.root.base}; the path is taken "
-                             "from this machine")
-    return extra
-
-
-SCRIPT_ENV = "STRATA_DOCTOR_SCRIPT"
-"""Names the script ``ExecStartPre=`` runs, when the running one is not the one to use."""
-
-
-def running_script() -> str:
-    """The absolute path of the installed ``strata-doctor`` console script.
-
-    ``$STRATA_DOCTOR_SCRIPT`` if set; else the running script when it is called
-    strata-doctor (not resolved: the /usr/local/bin link stays the link); else the one on
-    ``PATH``; else the one beside the running Python (a virtual environment's bin).
-    """
-    import shutil
-    import sys
-
-    named = os.environ.get(SCRIPT_ENV, "")
-    if named:
-        return os.path.abspath(named)
-    argv0 = sys.argv[0] if sys.argv else ""
-    if os.path.basename(argv0) == "strata-doctor" and os.sep in argv0:
-        return os.path.abspath(argv0)
-    found = shutil.which("strata-doctor")
-    if found:
-        return os.path.abspath(found)
-    return os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "strata-doctor")
-
-
-def preflight_script(root: Root) -> Tuple[str, str]:
-    """(path, where): where is ``root``, ``this machine`` (a --root tree without it) or ``missing``."""
-    script = running_script()
-
-    def runnable(path: str) -> bool:
-        return os.path.isfile(path) and os.access(path, os.X_OK)
-
-    if runnable(str(root.path(script))):
-        return script, "root"
-    if not root.live and runnable(script):
-        return script, "this machine"
-    return script, "missing"
-
-
-def _plan_files(
-    root: Root, picked: Sequence[Tuple[Finding, Fix]], force: bool, problems: List[str]
-) -> List[PlannedFile]:
-    by_path: Dict[str, List[Tuple[str, FileChange]]] = {}
-    for finding, fix in picked:
-        for change in fix.files:
-            by_path.setdefault(change.path, []).append((f"{finding.check}/{finding.id}", change))
-    files: List[PlannedFile] = []
-    for path, changes in by_path.items():
-        planned = _merge(path, changes, problems)
-        if planned is not None:
-            files.append(_with_current(root, planned, force))
-    return files
-
-
-def _merge(path: str, changes: List[Tuple[str, FileChange]], problems: List[str]) -> Optional[PlannedFile]:
-    names = tuple(dict.fromkeys(name for name, _ in changes))
-    first = changes[0][1]
-    if len({c.template for _, c in changes}) > 1 or len({c.mode for _, c in changes}) > 1:
-        problems.append(f"{path}: fixes for {', '.join(names)} want different files there")
-        return None
-    contexts = [dict(c.context) for _, c in changes]
-    if len(changes) > 1 and all("settings" in c for c in contexts):
-        merged = _merge_settings(path, contexts, problems)
-        if merged is None:
-            return None
-        context: Dict[str, Any] = dict(contexts[0], settings=merged, finding=", ".join(names))
-    else:
-        context = dict(contexts[0])
-        context.setdefault("finding", ", ".join(names))
-        rendered = {render_template(c.template, dict(dict(c.context), finding=context["finding"]))
-                    for _, c in changes}
-        if len(rendered) > 1:
-            problems.append(f"{path}: fixes for {', '.join(names)} want different contents")
-            return None
-    return PlannedFile(path, first.mode, render_template(first.template, context), first.template, names)
-
-
-def _merge_settings(path: str, contexts: List[Dict[str, Any]], problems: List[str]) -> Optional[List[Any]]:
-    merged: Dict[str, Tuple[Any, ...]] = {}
-    for context in contexts:
-        for setting in context["settings"]:
-            key = setting[0]
-            if key in merged and str(merged[key][1]) != str(setting[1]):
-                problems.append(f"{path}: two fixes set {key} to {merged[key][1]} and {setting[1]}")
-                return None
-            merged.setdefault(key, tuple(setting))
-    return list(merged.values())
-
-
-def _with_current(root: Root, planned: PlannedFile, force: bool) -> PlannedFile:
-    real = root.path(planned.path)
-    try:
-        info = os.lstat(real)
-    except FileNotFoundError:
-        return planned
-    except OSError as exc:
-        return replace(planned, blocked=f"cannot inspect: {exc.strerror}")
-    if stat.S_ISLNK(info.st_mode):
-        return replace(planned, current=b"", blocked="is a symlink; strata-doctor never writes through one")
-    if not stat.S_ISREG(info.st_mode):
-        return replace(planned, current=b"", blocked="exists and is not a regular file")
-    current = read_no_follow(str(real))
-    mode = stat.S_IMODE(info.st_mode)
-    planned = replace(planned, current=current, current_mode=mode)
-    text = (current or b"").decode("utf-8", "replace")
-    if planned.changed and MANAGED_MARKER not in text and not force:
-        return replace(planned, blocked="exists and was not written by strata-doctor; --force overwrites "
-                       "it (the original is kept for --revert)")
-    return planned
-
-
-def read_no_follow(path: str) -> Optional[bytes]:
-    """Read a file without following a symlink at its last component."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ELOOP):
-            return None
-        raise
-    with os.fdopen(fd, "rb") as handle:
-        return handle.read()
-
-
 def _plan_actions(
     picked: Sequence[Tuple[Finding, Fix]], files: Sequence[PlannedFile], restart: bool
 ) -> Tuple[Tuple[PlannedAction, ...], Tuple[Tuple[str, str], ...]]:
     changed = {f.path for f in files if f.changed}
-    actions: Dict[Tuple[str, str, str], List[str]] = {}
-    manual: List[Tuple[str, str]] = []
-    restarts: Dict[str, List[str]] = {}  # unit -> findings whose changes wait for its restart
+    steps = _Steps()
     for finding, fix in picked:
-        name = f"{finding.check}/{finding.id}"
         if fix.files and not any(c.path in changed for c in fix.files):
             continue  # already configured: nothing to run, nothing to restart
+        steps.add(f"{finding.check}/{finding.id}", fix, restart)
+    ordered = sorted(steps.actions.items(), key=lambda kv: _action_rank(kv[0][0]))
+    planned = tuple(PlannedAction(k, t, v, tuple(dict.fromkeys(n))) for (k, t, v), n in ordered)
+    return planned, steps.manual_steps()
+
+
+@dataclass
+class _Steps:
+    """The runtime actions and manual steps of the fixes that change something."""
+
+    actions: Dict[Tuple[str, str, str], List[str]] = field(default_factory=dict)
+    """(kind, target, value) -> the findings that want it."""
+    manual: List[Tuple[str, str]] = field(default_factory=list)
+    """(findings, text), in order; a unit's restart is marked by :data:`RESTART_STEP`."""
+    restarts: Dict[str, List[str]] = field(default_factory=dict)
+    """Unit -> findings whose changes wait for its restart."""
+
+    def add(self, name: str, fix: Fix, restart: bool) -> None:
+        """The actions and steps of one fix; a restart left to the user is one step per unit."""
         for action in fix.actions:
             if action.kind == "restart-unit" and not restart:
-                if action.target not in restarts:
-                    manual.append((RESTART_STEP, action.target))  # its place in the list
-                restarts.setdefault(action.target, []).append(name)
-                continue
-            actions.setdefault((action.kind, action.target, action.value), []).append(name)
-        manual.extend((name, step.text) for step in fix.manual)
-    ordered = sorted(actions.items(), key=lambda kv: _action_rank(kv[0][0]))
-    planned = tuple(PlannedAction(k, t, v, tuple(dict.fromkeys(n))) for (k, t, v), n in ordered)
-    seen: Dict[str, Tuple[str, str]] = {}
-    for name, text in manual:
-        if name == RESTART_STEP:
-            name, text = _restart_step(text, restarts[text])
-        seen.setdefault(text, (name, text))  # a step two fixes share is listed once
-    return planned, tuple(seen.values())
+                if action.target not in self.restarts:
+                    self.manual.append((RESTART_STEP, action.target))  # its place in the list
+                self.restarts.setdefault(action.target, []).append(name)
+            else:
+                self.actions.setdefault((action.kind, action.target, action.value), []).append(name)
+        self.manual.extend((name, step.text) for step in fix.manual)
+
+    def manual_steps(self) -> Tuple[Tuple[str, str], ...]:
+        """The manual steps, each text once, with each unit's one restart step."""
+        seen: Dict[str, Tuple[str, str]] = {}
+        for name, text in self.manual:
+            if name == RESTART_STEP:
+                name, text = _restart_step(text, self.restarts[text])
+            seen.setdefault(text, (name, text))  # a step two fixes share is listed once
+        return tuple(seen.values())
 
 
 RESTART_STEP = "\0restart"
@@ -467,18 +292,6 @@ def _numactl_notes(root: Root, files: Sequence[PlannedFile], problems: List[str]
                         "install numactl first (apt install numactl / dnf install numactl)")
         return []
     return ["numactl is not installed: /usr/local/bin/strata-numa refuses to run until it is"]
-
-
-# -- templates ----------------------------------------------------------------
-def render_template(name: str, context: Dict[str, Any]) -> str:
-    """Render one template from the templates package; a missing variable raises."""
-    return str(_environment().get_template(name).render(**context))
-
-
-def _environment() -> Any:
-    from strata_doctor.templates import environment
-
-    return environment()
 
 
 # -- output -------------------------------------------------------------------

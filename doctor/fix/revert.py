@@ -19,7 +19,8 @@ from typing import List, Optional, Tuple
 
 from strata_doctor.fix import apply, steps
 from strata_doctor.fix.journal import FileEntry, Journal, read_journal, write_journal
-from strata_doctor.fix.lock import STATE_DIR, Lock, apply_names, drop_state_if_empty, open_applies
+from strata_doctor.fix.lock import Lock, apply_names, drop_state_if_empty, open_applies
+from strata_doctor.fix.state import STATE_DIR
 from strata_doctor.fix.steps import (
     DIR_FLAGS,
     ApplyError,
@@ -310,9 +311,15 @@ def _undo(root: Root, lock: Lock, applies: int, name: str, journal: Journal, for
         actions = _revert_actions(root, lock.tree, journal)
     finally:
         os.close(apply_fd)
+    return _report(done, actions, journal.finished)
+
+
+def _report(done: List[Tuple[FileEntry, RevertDecision]], actions: Tuple[str, ...],
+            finished: bool) -> RevertReport:
+    """What the revert did with each file, in the order it did it."""
     return RevertReport(
         tuple(e.path for e, d in done if d.action == RESTORE),
         tuple(e.path for e, d in done if d.action == REMOVE),
         tuple(_kept_line(e, d) for e, d in done if d.changed),
-        actions, not journal.finished,
+        actions, not finished,
     )
