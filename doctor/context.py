@@ -28,6 +28,14 @@ from strata_doctor.facts.engine import (
     unit_exec_start,
 )
 from strata_doctor.facts.gpu import Gpu, read_gpus
+from strata_doctor.facts.host import (
+    DmiSystem,
+    OsRelease,
+    SoftwareVersions,
+    read_dmi_system,
+    read_os_release,
+    read_software_versions,
+)
 from strata_doctor.facts.hugepage_pools import NodePool, read_node_pools
 from strata_doctor.facts.hugepages import HugepageFacts, detect_container, read_hugepages
 from strata_doctor.facts.meminfo import read_meminfo
@@ -319,3 +327,19 @@ class HostContext:
         """What the kernel lets a process use: release, arch_prctl's AMX answer (asked on a
         live host, replayed from a capture), boot options that hide vector state."""
         return read_kernel_isa(self.root)
+
+    # -- the host as a report names it: doctor/facts/host.py ----------------------------------
+    @cached_property
+    def software_versions(self) -> SoftwareVersions:
+        """Kernel, systemd, NVIDIA driver and CUDA versions."""
+        return read_software_versions(self.root)
+
+    @cached_property
+    def os_release(self) -> OsRelease:
+        """The distribution, from os-release(5)."""
+        return read_os_release(self.root)
+
+    @cached_property
+    def dmi_system(self) -> DmiSystem:
+        """The system's vendor and product name from DMI."""
+        return read_dmi_system(self.root)

@@ -13,7 +13,8 @@ from typing import Callable, Dict, Optional
 
 import pytest
 
-from strata_doctor.output.bundle import TOP, unpack
+from strata_doctor.output.bundle import TOP
+from strata_doctor.output.bundle_replay import unpack
 from tests.conftest import run_cli, two_node_files, write_tree
 from tests.test_bundle import read_member
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import List
 
+from strata_doctor.facts.identity import read_identity
 from strata_doctor.output.redact import Redactor
 from strata_doctor.root import Root
 from tests.conftest import write_tree
@@ -101,7 +102,7 @@ def test_learn_host_reads_identity_files_without_recording_them(tmp_path: Path) 
         "/sys/class/dmi/id/board_serial": "Default string\n",
     }))
     r = Redactor()
-    r.learn_host(root)
+    r.learn_host(read_identity(root))
     assert root.reads == {}
     text = r.text("gpubox7.lab.example.com alice 4f1c0e2b9a8d4c6e8f0a1b2c3d4e5f60 SN-8C3X9Q2 root nobody")
     assert text == "host-1 user-1 machine-id-1 serial-1 root nobody"

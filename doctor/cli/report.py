@@ -59,6 +59,7 @@ def report_host_options(func: F) -> F:
 def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], no_redact: bool,
                    ignore: Tuple[str, ...], fail_on: str, **kwargs: Any) -> None:
     """Write a bug report of this host (Markdown or JSON), redacted, and optionally a bundle."""
+    from strata_doctor.facts.identity import read_identity
     from strata_doctor.output import json as render_json
     from strata_doctor.output import text as render
     from strata_doctor.output.redact import Redactor
@@ -76,7 +77,7 @@ def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], n
     redactor = Redactor(enabled=not no_redact)
     if redactor.enabled:
         redactor.protect(protected_words(ctx, results))
-        redactor.learn_host(root)
+        redactor.learn_host(read_identity(root))
         for kind, value in private_values(ctx):
             redactor.add(kind, value)
     bundle_parts = _prepare_bundle(root, ctx, redactor, report) if bundle_out else None
@@ -108,7 +109,8 @@ def _check_outputs(output: Optional[str], bundle_out: Optional[str]) -> None:
 
 
 def _prepare_bundle(root: Any, ctx: Any, redactor: Any, report: Any) -> Tuple[Any, List[Any]]:
-    from strata_doctor.output.bundle import capture, redact_capture
+    from strata_doctor.output.bundle import capture
+    from strata_doctor.output.bundle_write import redact_capture
 
     captured = capture(root, report.unreadable, report.absent)
     return captured, redact_capture(captured, redactor, ctx.config)
@@ -119,7 +121,7 @@ def _render(
 ) -> Tuple[str, Dict[str, Any], Dict[str, Any]]:
     """Markdown, report JSON and check JSON, redacted; rendered again while a pass still
     finds new values, so the redaction summary counts everything it replaced."""
-    from strata_doctor.output.report import render_markdown, report_data
+    from strata_doctor.output.report_markdown import render_markdown, report_data
 
     markdown, data, check = "", {}, {}
     for _ in range(MAX_PASSES):
@@ -135,8 +137,8 @@ def _render(
 
 def _write_bundle(path: str, parts: Tuple[Any, List[Any]], redactor: Any, markdown: str,
                   check_data: Dict[str, Any]) -> None:
-    from strata_doctor.output.bundle import write_bundle
-    from strata_doctor.output.report import could_not_read
+    from strata_doctor.output.bundle_write import write_bundle
+    from strata_doctor.output.provenance import could_not_read
 
     captured, members = parts
     documents = {

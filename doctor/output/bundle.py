@@ -12,40 +12,25 @@ FILE`` (or ``--root`` on the unpacked folder) replays it. The archive holds a si
     strata-doctor-bundle/.strata-doctor/commands/...  command captures
 
 The entries come from the Root's records (``reads``, ``commands``), never from a list
-kept here, so a new check is bundled without more work. Archives are deterministic:
-sorted entries, mtime 0, uid/gid 0, no names, a gzip header without time or file name.
+kept here, so a new check is bundled without more work. This module turns them into
+entries; ``output/bundle_write.py`` archives them and ``output/bundle_replay.py`` unpacks
+and verifies a bundle.
 """
 
 from __future__ import annotations
 
-import atexit
-import gzip
-import hashlib
-import io
 import json
 import os
 import posixpath
-import re
-import shutil
-import stat
-import tarfile
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from strata_doctor.config import CONFIG_SOURCE, DEFAULT_CONFIG, EngineConfig
-from strata_doctor.facts.processes import engine_cmdline
-from strata_doctor.output.redact import Redactor
 from strata_doctor.root import CAPTURE_DIR, COMMANDS_DIR, STAT_FILE, CommandResult, FileStat, Root
 
 TOP = "strata-doctor-bundle"
-SCHEMA = "strata-doctor/bundle/v1"
-KEEP_ENVIRON = (b"container",)  # systemd's container marker, read to detect containers
-PROCESS_CMDLINE = re.compile(r"/proc/\d+/cmdline")
-IDENTITY_PASSWD = "/etc/passwd"
+"""The one folder at the top of every bundle (written by ``output/bundle_write.py``,
+unpacked by ``output/bundle_replay.py``)."""
 MAX_LINK_HOPS = 40  # as the kernel's own limit on nested symlinks
-MAX_UNPACKED = 256 * 2**20  # a bundle is well under 1 MiB; refuse archive bombs
 
 
 @dataclass(frozen=True)
@@ -70,7 +55,7 @@ class Capture:
     """Files, folders and links, sorted by path."""
     unreadable: Tuple[Tuple[str, str], ...]
     """(host path or ``$ command``, reason) for what exists and could not be read: the
-    report's own list (``report.unreadable_items``), so both say the same count."""
+    report's own list (``provenance.unreadable_items``), so both say the same count."""
     listings: Tuple[Tuple[str, int, int], ...]
     """(folder, entries on the host, entries nothing was read below): every name is kept,
     the ones nothing was read below as empty stand-ins, so a replay lists the same names."""
@@ -81,49 +66,46 @@ class Capture:
     """(host path, note) for files only stat'ed or walked: bundled empty, never read."""
 
 
-@dataclass(frozen=True)
-class BundleInfo:
-    """What was written."""
-
-    path: str
-    """The archive's path."""
-    size: int
-    """Its size in bytes."""
-    entries: int
-    """Members in the archive."""
-    unreadable: int
-    """Paths and commands that could not be read, as the manifest lists them."""
-
-
 # -- collecting -----------------------------------------------------------------
 def capture(root: Root, unreadable: Sequence[Tuple[str, str]],
             absent: Sequence[Tuple[str, str]]) -> Capture:
     """Turn the root's records (reads, listings, commands, probes, stats) into entries.
 
     ``unreadable`` and ``absent`` are the report's lists of the same records
-    (``report.unreadable_items``, ``report.absent_items``): counted once, said alike.
+    (``provenance.unreadable_items``, ``provenance.absent_items``): counted once, said alike.
     """
-    reads = dict(root.reads)
-    commands = dict(root.commands)
+    reads = dict(root.reads)  # as the checks left them: resolving a listed folder adds to them
+    done = [path for path, reason in sorted(reads.items()) if reason is None]
     builder = _Builder(root)
-    gone: List[Tuple[str, str]] = list(absent)
-    for path, reason in sorted(reads.items()):
-        if reason is None and not path.endswith("/"):
+    for path in done:
+        if not path.endswith("/"):
             builder.add_read(path)
-    listings = [builder.add_listing(path[:-1] or "/") for path, reason in sorted(reads.items())
-                if reason is None and path.endswith("/")]
-    for path, found in sorted(root.probes.items()):
-        if found and path not in reads:
-            builder.add_probe(path)
-    builder.add_stats({p: st for p, st in root.stats.items() if st is not None and p not in reads})
-    for key, result in sorted(commands.items()):
-        note = builder.add_command(key, result)
-        if note and result.missing:  # a failed command is in ``unreadable`` already
-            gone.append((result.display, note))
+    listings = [builder.add_listing(path[:-1] or "/") for path in done if path.endswith("/")]
+    _add_looked_at(builder, root, reads)
+    gone = list(absent) + _add_commands(builder, root.commands)
     not_read = tuple((path, f"looked at, not read: bundled empty ({size} bytes on the host)")
                      for path, size in sorted(builder.stand_ins.values()))
     return Capture(builder.sorted_entries(), tuple(sorted(unreadable)), tuple(listings),
                    tuple(sorted(gone)), not_read)
+
+
+def _add_looked_at(builder: _Builder, root: Root, reads: Mapping[str, Optional[str]]) -> None:
+    """Paths only tested for or stat'ed, never read: bundled as what they are, empty."""
+    for path, found in sorted(root.probes.items()):
+        if found and path not in reads:
+            builder.add_probe(path)
+    builder.add_stats({p: st for p, st in root.stats.items() if st is not None and p not in reads})
+
+
+def _add_commands(builder: _Builder, commands: Mapping[str, CommandResult]) -> List[Tuple[str, str]]:
+    """Add every command's capture; returns (command, why) for the programs not found (a
+    command that failed is in the report's ``unreadable`` already)."""
+    gone = []
+    for key, result in sorted(commands.items()):
+        note = builder.add_command(key, result)
+        if note and result.missing:
+            gone.append((result.display, note))
+    return gone
 
 
 class _Builder:
@@ -242,26 +224,23 @@ class _Builder:
 
     def resolve(self, host_path: str, follow_last: bool) -> Optional[str]:
         """The path with every symlinked folder replaced by its target, links recorded."""
-        parts = [p for p in host_path.split("/") if p]
+        parts = _parts(host_path)
         done = ""
         hops = 0
         while parts:
             name = parts.pop(0)
-            if name == "..":
-                done = posixpath.dirname(done) if done else ""
-                continue
-            if name == ".":
+            if name in (".", ".."):
+                done = posixpath.dirname(done) if name == ".." else done
                 continue
             candidate = f"{done}/{name}"
-            if (parts or follow_last) and self.root.path(candidate).is_symlink():
-                hops += 1
-                if hops > MAX_LINK_HOPS:
-                    return None
-                target = self._add_link(candidate)
-                parts = [p for p in target.split("/") if p] + parts
-                done = ""  # the target is absolute: start again from the root
+            if not ((parts or follow_last) and self.root.path(candidate).is_symlink()):
+                done = candidate
                 continue
-            done = candidate
+            hops += 1
+            if hops > MAX_LINK_HOPS:
+                return None
+            parts = _parts(self._add_link(candidate)) + parts
+            done = ""  # the target is absolute: start again from the root
         return done or "/"
 
     def _add_link(self, link: str) -> str:
@@ -287,303 +266,11 @@ class _Builder:
             path = posixpath.dirname(path)
 
 
+def _parts(path: str) -> List[str]:
+    return [p for p in path.split("/") if p]
+
+
 def _content(root: Root, host_path: str) -> Optional[bytes]:
     """What the checks read at ``host_path``; None when they only looked at it, so a file
     that was only stat'ed (a hugetlbfs file of many GiB) is never read here."""
     return root.content(host_path)
-
-
-# -- writing --------------------------------------------------------------------
-def settings_yaml(config: EngineConfig) -> bytes:
-    """The engine settings in effect, as the default config file of the replayed host.
-
-    Written into every bundle so a replay sees the arena and unit the reporter gave with
-    ``--arena`` or ``--config`` (sizes in bytes: exact, and accepted by the parser).
-    """
-    lines = ["# Engine settings in effect when this bundle was written (strata-doctor report)."]
-    values: List[Tuple[str, Any]] = [
-        ("arena", config.arena_bytes), ("kv", config.kv_bytes), ("headroom", config.headroom_bytes),
-        ("unit", config.unit), ("workers", config.workers), ("hugepages", config.hugepages),
-        ("gpu", config.gpu), ("numa", config.numa),
-    ]
-    for key, value in values:
-        if value is not None:
-            lines.append(f"{key}: {json.dumps(value) if isinstance(value, str) else value}")
-    if config.lock:  # only when set: bundles of engines that do not lock stay as they were
-        lines.append("lock: true")
-    return ("\n".join(lines) + "\n").encode("utf-8")
-
-
-def redact_capture(captured: Capture, redactor: Redactor, config: EngineConfig) -> List[Entry]:
-    """The archive's host entries, redacted, with the engine settings in effect added.
-
-    Process environments keep their variable names, command lines are kept only where
-    they name the engine (or strata-doctor) and lose the values of secret-looking options,
-    ``/etc/passwd`` loses its GECOS field: all of it whether or not the redactor is
-    enabled. Every user name is learned from every entry before any is replaced, so a name
-    that first shows up in a home path is replaced in the files read before it as well.
-    """
-    stem = config.unit.rsplit(".", 1)[0]
-    entries: Dict[str, Entry] = {}
-    for entry in captured.entries:
-        scrubbed = _scrub(entry, redactor, stem)
-        if scrubbed is not None:
-            entries[entry.path] = scrubbed
-    entries[DEFAULT_CONFIG] = Entry(DEFAULT_CONFIG, "file", settings_yaml(config))
-    entries[CONFIG_SOURCE] = Entry(CONFIG_SOURCE, "file", f"{config.source or ''}\n".encode())
-    entries.setdefault("/etc", Entry("/etc", "dir"))
-    entries.setdefault(f"/{CAPTURE_DIR}", Entry(f"/{CAPTURE_DIR}", "dir"))
-    for entry in entries.values():
-        redactor.learn(entry.path)
-        redactor.learn(entry.data.decode("utf-8", "surrogateescape"))
-    return [
-        Entry(redactor.text(e.path), e.kind, redactor.data(e.data), redactor.text(e.target))
-        for e in (entries[p] for p in sorted(entries))
-    ]
-
-
-def _scrub(entry: Entry, redactor: Redactor, stem: str) -> Optional[Entry]:
-    """What of a host file may leave the host at all; None to leave it out."""
-    if entry.kind != "file":
-        return entry
-    if entry.path.endswith("/environ"):
-        return _scrub_environ(entry)
-    if PROCESS_CMDLINE.fullmatch(entry.path):
-        # Read as Root.read gives it to find_engine_pid: NUL bytes dropped.
-        text = entry.data.replace(b"\0", b"").decode("utf-8", "replace")
-        if engine_cmdline(text, stem) is None:
-            return None  # says nothing about the engine: not the checks' business
-        return Entry(entry.path, entry.kind, redactor.command_line(entry.data), entry.target)
-    if entry.path == IDENTITY_PASSWD:
-        return Entry(entry.path, entry.kind, _drop_gecos(entry.data), entry.target)
-    return entry
-
-
-def _drop_gecos(data: bytes) -> bytes:
-    """``/etc/passwd`` without its fifth field (full names, rooms, phone numbers): the
-    checks read user names and ids only."""
-    lines = []
-    for line in data.split(b"\n"):
-        fields = line.split(b":")
-        if len(fields) >= 5:
-            fields[4] = b""
-        lines.append(b":".join(fields))
-    return b"\n".join(lines)
-
-
-def _scrub_environ(entry: Entry) -> Entry:
-    """A process environment keeps its variable names and only ``container=``'s value:
-    the checks need no more, and environments carry credentials no pattern knows."""
-    kept = []
-    for item in entry.data.split(b"\0"):
-        name, sep, _ = item.partition(b"=")
-        kept.append(item if name in KEEP_ENVIRON or not sep else name + b"=")
-    return Entry(entry.path, entry.kind, b"\0".join(kept), entry.target)
-
-
-def write_bundle(path: str, captured: Capture, members: List[Entry], redactor: Redactor,
-                 documents: Mapping[str, bytes]) -> BundleInfo:
-    """Write the archive: the members, the documents and a manifest, deterministically.
-
-    ``members`` come from :func:`redact_capture`; ``documents`` (``report.md``,
-    ``check.json``) are already redacted by the same redactor, so placeholders agree.
-    """
-    manifest = manifest_data(captured, members, redactor)
-    payload = dict(documents)
-    manifest_text = json.dumps(redactor.value(manifest), indent=2, sort_keys=True) + "\n"
-    payload["manifest.json"] = manifest_text.encode("utf-8")
-    everything = list(members) + [Entry("/" + name, "file", payload[name]) for name in sorted(payload)]
-    everything.sort(key=lambda e: e.path)
-    size = _write_archive(path, everything)
-    return BundleInfo(path, size, len(everything) + 1, len(captured.unreadable))
-
-
-def manifest_data(captured: Capture, members: List[Entry], redactor: Redactor) -> Dict[str, Any]:
-    """The manifest: each member's size and sha256, and each thing not read, with why."""
-    from strata_doctor import __version__
-
-    rows: List[Dict[str, Any]] = []
-    for entry in members:
-        row: Dict[str, Any] = {"path": entry.path, "kind": entry.kind}
-        if entry.kind == "file":
-            row.update(size=len(entry.data), sha256=hashlib.sha256(entry.data).hexdigest())
-        elif entry.kind == "link":
-            row["target"] = entry.target
-        rows.append(row)
-    return {
-        "schema": SCHEMA,
-        "strata_doctor": __version__,
-        "redacted": redactor.enabled,
-        "redactions": redactor.counts(),
-        "entries": rows,
-        "unreadable": [{"what": what, "reason": why} for what, why in captured.unreadable],
-        "absent": [{"what": what, "reason": why} for what, why in captured.absent],
-        "not_read": [{"what": what, "reason": why} for what, why in captured.not_read],
-        "listings": [{"path": p, "host_entries": n, "empty_stand_ins": k} for p, n, k in captured.listings],
-        "notes": [
-            f"{DEFAULT_CONFIG} holds the engine settings in effect when the bundle was written;"
-            f" {CONFIG_SOURCE} says where they came from on the host (empty: the command line).",
-            "Listed folders keep every name; entries nothing was read below are empty stand-ins.",
-            "Process environments (/proc/PID/environ) keep variable names, not values.",
-            "Command lines (/proc/PID/cmdline) are kept only where they name the engine or"
-            " strata-doctor, with secret-looking values masked; /etc/passwd has no GECOS field.",
-        ],
-    }
-
-
-def _write_archive(path: str, members: List[Entry]) -> int:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        tar.addfile(_info(TOP, tarfile.DIRTYPE, 0o755))
-        for entry in members:
-            name = TOP + entry.path
-            if entry.kind == "dir":
-                tar.addfile(_info(name, tarfile.DIRTYPE, 0o755))
-            elif entry.kind == "link":
-                info = _info(name, tarfile.SYMTYPE, 0o777)
-                info.linkname = entry.target
-                tar.addfile(info)
-            else:
-                info = _info(name, tarfile.REGTYPE, 0o644)
-                info.size = len(entry.data)
-                tar.addfile(info, io.BytesIO(entry.data))
-    raw = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
-        gz.write(buffer.getvalue())
-    from strata_doctor.output.files import write_bytes  # '-' and what may be replaced: docs/report.md
-
-    return write_bytes(path, raw.getvalue())
-
-
-def _info(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.type = kind
-    info.mode = mode
-    info.mtime = 0
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
-
-
-# -- reading --------------------------------------------------------------------
-def unpack(path: str | os.PathLike[str]) -> Path:
-    """Unpack a bundle into a temporary folder (removed at exit) and return its root.
-
-    Refuses, with ValueError, anything a bundle never holds: absolute names, ``..``,
-    devices, FIFOs, hard links, links that are absolute or lead outside the bundle.
-    """
-    try:
-        with tarfile.open(path, mode="r:*") as tar:
-            members = tar.getmembers()
-            _validate(members)
-            target = Path(tempfile.mkdtemp(prefix="strata-doctor-bundle-"))
-            atexit.register(shutil.rmtree, target, ignore_errors=True)
-            _extract(tar, members, target)
-    except tarfile.TarError as exc:
-        # tarfile lists every compression it tried on separate lines: keep the first.
-        first = str(exc).splitlines()[0].rstrip(":") if str(exc) else type(exc).__name__
-        raise ValueError(f"not a readable tar archive ({first})") from None
-    top = target / TOP
-    if not (top / "manifest.json").is_file():
-        raise ValueError(f"no {TOP}/manifest.json in the archive")
-    verify_manifest(top)
-    return top
-
-
-def verify_manifest(top: Path) -> None:
-    """Refuse, with ValueError naming the member, an unpacked bundle that is not the one
-    written: a file the manifest lists that is missing or differs in size or sha256, a
-    link with another target, or a file or link below a folder that the manifest does not
-    list. The documents at the top (``manifest.json``, ``report.md``, ``check.json``) are
-    not listed, and no replay reads them."""
-    try:
-        rows = json.loads((top / "manifest.json").read_bytes())["entries"]
-        listed = {row["path"]: row for row in rows}
-    except (ValueError, KeyError, TypeError) as exc:  # not JSON, not UTF-8, no entries
-        raise ValueError(f"{TOP}/manifest.json lists no entries ({type(exc).__name__})") from None
-    base = os.path.realpath(top)
-    for path, row in listed.items():
-        parts = str(path).split("/")
-        if not isinstance(path, str) or parts[0] or ".." in parts or not isinstance(row, dict):
-            raise ValueError(f"{TOP}/manifest.json names {path!r}, which is no path in the bundle")
-        member, found = TOP + path, top / path.lstrip("/")
-        real = os.path.realpath(found)
-        if real != base and not real.startswith(base + os.sep):
-            raise ValueError(f"member {member!r} resolves outside the bundle")
-        kind = row.get("kind")
-        if kind == "link" and (not found.is_symlink() or os.readlink(found) != row.get("target")):
-            raise ValueError(f"member {member!r} is not the link manifest.json lists "
-                             f"(to {row.get('target')!r}): changed after the bundle was written")
-        if kind != "file":
-            continue
-        if found.is_symlink() or not found.is_file():
-            raise ValueError(f"member {member!r} is listed in manifest.json but missing")
-        data = found.read_bytes()
-        if len(data) != row.get("size") or hashlib.sha256(data).hexdigest() != row.get("sha256"):
-            raise ValueError(f"member {member!r} does not match its size and sha256 in manifest.json: "
-                             "changed after the bundle was written")
-    for folder, dirs, files in os.walk(top):
-        below = Path(folder).relative_to(top).as_posix()
-        if below == ".":
-            continue  # the documents
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
-            if f"/{below}/{name}" not in listed:
-                raise ValueError(f"member '{TOP}/{below}/{name}' is not listed in manifest.json")
-
-
-def _validate(members: List[tarfile.TarInfo]) -> None:
-    total = 0
-    for member in members:
-        name = member.name
-        parts = name.split("/")
-        if name.startswith("/") or ".." in parts or "\\" in name:
-            raise ValueError(f"unsafe member name {name!r}")
-        if parts[0] != TOP:
-            raise ValueError(f"member {name!r} is outside {TOP}/")
-        if not (member.isfile() or member.isdir() or member.issym()):
-            raise ValueError(f"member {name!r} is not a file, folder or symlink")
-        if member.issym():
-            _validate_link(member)
-        total += member.size
-        if total > MAX_UNPACKED:
-            raise ValueError(f"unpacks to more than {MAX_UNPACKED // 2**20} MiB")
-
-
-def _validate_link(member: tarfile.TarInfo) -> None:
-    target = member.linkname
-    if target.startswith("/"):
-        raise ValueError(f"link {member.name!r} is absolute ({target})")
-    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(member.name), target))
-    if resolved != TOP and not resolved.startswith(TOP + "/"):
-        raise ValueError(f"link {member.name!r} leads outside the bundle ({target})")
-
-
-def _extract(tar: tarfile.TarFile, members: List[tarfile.TarInfo], target: Path) -> None:
-    base = os.path.realpath(target)
-    links = []
-    for member in members:
-        dest = target / member.name
-        _check_inside(base, dest.parent)
-        if member.isdir():
-            dest.mkdir(parents=True, exist_ok=True)
-        elif member.issym():
-            links.append(member)  # after the files, so none is written through a link
-        else:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            source = tar.extractfile(member)
-            data = source.read() if source is not None else b""
-            dest.write_bytes(data)
-            os.chmod(dest, stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
-    for member in links:
-        dest = target / member.name
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        _check_inside(base, dest.parent)
-        if os.path.lexists(dest):
-            raise ValueError(f"member {member.name!r} appears twice")
-        os.symlink(member.linkname, dest)
-
-
-def _check_inside(base: str, folder: Path) -> None:
-    real = os.path.realpath(folder)
-    if real != base and not real.startswith(base + os.sep):
-        raise ValueError(f"{folder} resolves outside the bundle")

@@ -6,20 +6,20 @@ always becomes the same placeholder within one :class:`Redactor`, so a report an
 bundle agree with each other, and a maintainer can still see that two files name the same
 host. The mapping lives only in memory: nothing here can write it out.
 
-Values come from two places: identity files read through a private
-:class:`~strata_doctor.root.Root` (so they are not added to the bundle), and patterns that
-match wherever they occur (IPv4/IPv6 and MAC addresses, UUIDs, home paths).
+Values come from two places: the host's identity (``facts/identity.py`` reads it through
+a private Root, so it is not added to the bundle), and patterns that match wherever they
+occur (IPv4/IPv6 and MAC addresses, UUIDs, home paths). Command lines lose their secrets
+in ``output/redact_cmdline.py``.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
-import os
 import re
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from strata_doctor.root import Root
+from strata_doctor.facts.identity import HostIdentity
+from strata_doctor.output.redact_cmdline import CommandLineMask
 
 KINDS: Tuple[Tuple[str, str, str], ...] = (
     ("host", "host name", "host names"),
@@ -61,20 +61,11 @@ SECRETS = (
     re.compile(rf"(?i)(?<![\w.-])({_SECRET_WORD}\s*[=:]\s*)({_VALUE})"),  # TOKEN=..., password: ...
     re.compile(rf"(?i)(--{_SECRET_WORD}\s+)(?!-)({_VALUE})"),  # --api-key VALUE
     # --auth-file VALUE, --db-pass=VALUE: an option (two dashes, so never kernel text) with
-    # a name from the command lines' list (SECRET_NAME), not a --no- flag.
+    # a name from the command lines' list (redact_cmdline.SECRET_NAME), not a --no- flag.
     re.compile(r"(?i)(?<![\w.-])(--(?!no-)[\w.-]*(?:key|token|secret|pass|auth|credential|session|cookie)"
                rf"[\w.-]*(?:=|\s+(?!-)))({_VALUE})"),
 )
 """Credentials in command lines, environments and unit files: the value is replaced."""
-SECRET_NAME = re.compile(r"(?i)key|token|secret|pass|auth|credential|session|cookie")
-"""Option, variable and JSON key names whose values a command line must not carry."""
-ENV_OPTIONS = frozenset({"env", "environ", "environment", "envs", "env-vars", "extra-env"})
-"""Options whose value is an environment (a JSON object or ``NAME=VALUE``): every value
-goes, as in ``/proc/PID/environ``, since environments carry credentials no name shows."""
-URL_PASSWORD = re.compile(r"(?<=://)([^/@:\s]*:)([^/@\s]+)(?=@)")
-"""``scheme://user:PASSWORD@host``."""
-_OPTION_NAME = re.compile(r"-{1,2}([A-Za-z0-9][\w.-]*)")
-_VARIABLE = re.compile(r"([A-Za-z_][\w.-]*)=(.*)", re.DOTALL)
 KEEP_IPS = frozenset({"127.0.0.1", "0.0.0.0", "255.255.255.255", "::", "::1"})
 """Addresses that are the same on every host, and so private to none."""
 
@@ -89,21 +80,6 @@ NAME_KINDS = ("host", "domain", "user")
 
 UID_MIN = 1000  # first uid of a person on mainstream distributions
 SYSTEM_USERS = frozenset({"root", "nobody", "nfsnobody"})
-
-IDENTITY_FILES: Tuple[Tuple[str, str], ...] = (
-    ("/proc/sys/kernel/hostname", "host"),
-    ("/etc/hostname", "host"),
-    ("/proc/sys/kernel/domainname", "domain"),
-    ("/etc/machine-id", "machine-id"),
-    ("/var/lib/dbus/machine-id", "machine-id"),
-    ("/sys/class/dmi/id/product_serial", "serial"),
-    ("/sys/class/dmi/id/board_serial", "serial"),
-    ("/sys/class/dmi/id/chassis_serial", "serial"),
-    ("/sys/class/dmi/id/product_uuid", "uuid"),
-    ("/sys/class/dmi/id/board_asset_tag", "serial"),
-    ("/sys/class/dmi/id/chassis_asset_tag", "serial"),
-)
-"""Files that name this machine or its owner, and the kind of value each holds."""
 
 
 class Redactor:
@@ -159,19 +135,18 @@ class Redactor:
         for count in range(1, len(groups)):
             self._uuid_heads.setdefault("-".join(groups[:count]), value)
 
-    def learn_host(self, root: Root) -> None:
-        """Register this machine's names, ids, serials and people, read through ``root``.
-
-        A fresh Root over the same tree reads them, so they are not recorded as things the
-        checks read and do not end up in a bundle.
-        """
-        private = Root(root.base)
-        for path, kind in IDENTITY_FILES:
-            self.add(kind, private.read_value(path))
-        self._learn_hosts_file(private.read("/etc/hosts") or "")
-        self._learn_passwd(private.read("/etc/passwd") or "")
-        if private.live:
-            self._learn_live()
+    def learn_host(self, identity: HostIdentity) -> None:
+        """Register this machine's names, ids, serials and people
+        (:func:`~strata_doctor.facts.identity.read_identity`)."""
+        for kind, value in identity.values:
+            self.add(kind, value)
+        self._learn_hosts_file(identity.hosts)
+        self._learn_passwd(identity.passwd)
+        for kind, name in identity.live_names:
+            if kind != "user" or name not in SYSTEM_USERS:
+                self.add(kind, name)
+        if identity.home is not None:
+            self.learn(identity.home + "/")
 
     def _learn_hosts_file(self, text: str) -> None:
         names = {k.split("\0", 1)[1] for k, kind in self._known.items() if kind == "host"}
@@ -189,14 +164,6 @@ class Redactor:
             if int(fields[2]) >= UID_MIN and fields[0] not in SYSTEM_USERS and int(fields[2]) < 65534:
                 self.add("user", fields[0])
                 self.learn(fields[5] + "/")
-
-    def _learn_live(self) -> None:
-        self.add("host", os.uname().nodename)
-        for variable in ("USER", "LOGNAME", "SUDO_USER"):
-            name = os.environ.get(variable)
-            if name and name not in SYSTEM_USERS:
-                self.add("user", name)
-        self.learn(os.path.expanduser("~") + "/")
 
     # -- replacing ------------------------------------------------------------
     def text(self, text: str) -> str:
@@ -226,87 +193,11 @@ class Redactor:
 
     def command_line(self, data: bytes) -> bytes:
         """A ``/proc/PID/cmdline`` (NUL-separated words) with the value of every option
-        and ``NAME=VALUE`` word whose name looks secret (:data:`SECRET_NAME`), every JSON
-        value under such a key, every value of an environment option and every password in
-        a URL replaced by a ``secret-N`` placeholder. Done whether or not redaction is
-        enabled (as for environments); each value counts in :meth:`counts`."""
-        words = data.decode("utf-8", "surrogateescape").split("\0")
-        masked: List[str] = []
-        pending: Optional[str] = None  # the option whose value is the next word
-        for word in words:
-            if pending is not None and word and not word.startswith("-"):
-                masked.append(self._option_value(pending, word))
-                pending = None
-                continue
-            pending = None
-            option = _OPTION_NAME.fullmatch(word.split("=", 1)[0])
-            if option is not None:
-                name = option.group(1)
-                if "=" in word:
-                    head, value = word.split("=", 1)
-                    masked.append(f"{head}={self._option_value(name, value)}")
-                    continue
-                if _secret_name(name) or name.lower() in ENV_OPTIONS:
-                    pending = name
-                masked.append(word)
-                continue
-            masked.append(self._free_word(word))
-        return "\0".join(masked).encode("utf-8", "surrogateescape")
-
-    def _option_value(self, name: str, value: str) -> str:
-        if name.lower() in ENV_OPTIONS:
-            return self._environment(value)
-        if _secret_name(name):
-            return self._secret(value)
-        return self._free_word(value)
-
-    def _free_word(self, word: str) -> str:
-        """A word that is no option's secret value: JSON, ``NAME=VALUE`` or a URL."""
-        if word[:1] in "{[":
-            try:
-                parsed = json.loads(word)
-            except ValueError:
-                return self._json_text(word)
-            return json.dumps(self._json_value(parsed, False), ensure_ascii=False)
-        variable = _VARIABLE.fullmatch(word)
-        if variable is not None and _secret_name(variable.group(1)):
-            return f"{variable.group(1)}={self._secret(variable.group(2))}"
-        return URL_PASSWORD.sub(lambda m: m.group(1) + self._secret(m.group(2)), word)
-
-    def _environment(self, value: str) -> str:
-        """An environment given as an option: names stay, values go."""
-        if value[:1] == "{":
-            try:
-                parsed = json.loads(value)
-            except ValueError:
-                return self._json_text(value, every=True)
-            return json.dumps(self._json_value(parsed, True), ensure_ascii=False)
-        variable = _VARIABLE.fullmatch(value)
-        if variable is not None:
-            return f"{variable.group(1)}={self._secret(variable.group(2))}"
-        return self._free_word(value)
-
-    def _json_value(self, value: Any, secret: bool) -> Any:
-        """``value`` with every scalar under a secret-looking key (or under ``secret``)
-        replaced; strings elsewhere are masked as words."""
-        if isinstance(value, dict):
-            return {k: self._json_value(v, secret or _secret_name(str(k))) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._json_value(v, secret) for v in value]
-        if value is None or isinstance(value, bool):
-            return value
-        if secret:
-            return self._secret(str(value))
-        return self._free_word(value) if isinstance(value, str) else value
-
-    def _json_text(self, text: str, every: bool = False) -> str:
-        """JSON that does not parse (cut short, shell-quoted): ``"KEY": "VALUE"`` pairs."""
-        def pair(match: re.Match[str]) -> str:
-            if not every and not _secret_name(match.group(2)):
-                return match.group(0)
-            return match.group(1) + self._secret(match.group(3)) + match.group(4)
-
-        return _JSON_PAIR.sub(pair, text)
+        and ``NAME=VALUE`` word whose name looks secret replaced by a ``secret-N``
+        placeholder (:class:`~strata_doctor.output.redact_cmdline.CommandLineMask`). Done
+        whether or not redaction is enabled (as for environments); each value counts in
+        :meth:`counts`."""
+        return CommandLineMask(self._secret).mask(data)
 
     def _secret(self, value: str) -> str:
         if not value or PLACEHOLDER.match(value):
@@ -409,17 +300,6 @@ class Redactor:
             return self._placeholder("ip", value)
 
         return IPV4.sub(ipv4, text)
-
-
-_JSON_PAIR = re.compile(
-    r'(\\?"([^"\\]*)\\?"\s*:\s*(?:\\?"(?=.))?)((?<=")(?:[^"\\]|\\[^"])*|[^\s,}\]"\\]+)(\\?"|)'
-)
-"""A ``"KEY": "VALUE"`` (or ``"KEY": 123``) pair, quotes shell-escaped or not, the value
-possibly cut short by the end of the word."""
-
-
-def _secret_name(name: str) -> bool:
-    return SECRET_NAME.search(name) is not None and not name.lower().startswith("no-")
 
 
 def _key(kind: str, value: str) -> str:

@@ -1,0 +1,211 @@
+"""Writing a report bundle: the captured entries scrubbed and redacted, the engine settings
+in effect, the documents and a manifest, archived deterministically (sorted entries,
+mtime 0, uid/gid 0, no names, a gzip header without time or file name).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import re
+import tarfile
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from strata_doctor.config import CONFIG_SOURCE, DEFAULT_CONFIG, EngineConfig
+from strata_doctor.facts.processes import engine_cmdline
+from strata_doctor.output.bundle import TOP, Capture, Entry
+from strata_doctor.output.redact import Redactor
+from strata_doctor.root import CAPTURE_DIR
+
+SCHEMA = "strata-doctor/bundle/v1"
+KEEP_ENVIRON = (b"container",)  # systemd's container marker, read to detect containers
+PROCESS_CMDLINE = re.compile(r"/proc/\d+/cmdline")
+IDENTITY_PASSWD = "/etc/passwd"
+
+
+@dataclass(frozen=True)
+class BundleInfo:
+    """What was written."""
+
+    path: str
+    """The archive's path."""
+    size: int
+    """Its size in bytes."""
+    entries: int
+    """Members in the archive."""
+    unreadable: int
+    """Paths and commands that could not be read, as the manifest lists them."""
+
+
+def settings_yaml(config: EngineConfig) -> bytes:
+    """The engine settings in effect, as the default config file of the replayed host.
+
+    Written into every bundle so a replay sees the arena and unit the reporter gave with
+    ``--arena`` or ``--config`` (sizes in bytes: exact, and accepted by the parser).
+    """
+    lines = ["# Engine settings in effect when this bundle was written (strata-doctor report)."]
+    values: List[Tuple[str, Any]] = [
+        ("arena", config.arena_bytes), ("kv", config.kv_bytes), ("headroom", config.headroom_bytes),
+        ("unit", config.unit), ("workers", config.workers), ("hugepages", config.hugepages),
+        ("gpu", config.gpu), ("numa", config.numa),
+    ]
+    for key, value in values:
+        if value is not None:
+            lines.append(f"{key}: {json.dumps(value) if isinstance(value, str) else value}")
+    if config.lock:  # only when set: bundles of engines that do not lock stay as they were
+        lines.append("lock: true")
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def redact_capture(captured: Capture, redactor: Redactor, config: EngineConfig) -> List[Entry]:
+    """The archive's host entries, redacted, with the engine settings in effect added.
+
+    Process environments keep their variable names, command lines are kept only where
+    they name the engine (or strata-doctor) and lose the values of secret-looking options,
+    ``/etc/passwd`` loses its GECOS field: all of it whether or not the redactor is
+    enabled. Every user name is learned from every entry before any is replaced, so a name
+    that first shows up in a home path is replaced in the files read before it as well.
+    """
+    stem = config.unit.rsplit(".", 1)[0]
+    entries: Dict[str, Entry] = {}
+    for entry in captured.entries:
+        scrubbed = _scrub(entry, redactor, stem)
+        if scrubbed is not None:
+            entries[entry.path] = scrubbed
+    entries[DEFAULT_CONFIG] = Entry(DEFAULT_CONFIG, "file", settings_yaml(config))
+    entries[CONFIG_SOURCE] = Entry(CONFIG_SOURCE, "file", f"{config.source or ''}\n".encode())
+    entries.setdefault("/etc", Entry("/etc", "dir"))
+    entries.setdefault(f"/{CAPTURE_DIR}", Entry(f"/{CAPTURE_DIR}", "dir"))
+    for entry in entries.values():
+        redactor.learn(entry.path)
+        redactor.learn(entry.data.decode("utf-8", "surrogateescape"))
+    return [
+        Entry(redactor.text(e.path), e.kind, redactor.data(e.data), redactor.text(e.target))
+        for e in (entries[p] for p in sorted(entries))
+    ]
+
+
+def _scrub(entry: Entry, redactor: Redactor, stem: str) -> Optional[Entry]:
+    """What of a host file may leave the host at all; None to leave it out."""
+    if entry.kind != "file":
+        return entry
+    if entry.path.endswith("/environ"):
+        return _scrub_environ(entry)
+    if PROCESS_CMDLINE.fullmatch(entry.path):
+        # Read as Root.read gives it to find_engine_pid: NUL bytes dropped.
+        text = entry.data.replace(b"\0", b"").decode("utf-8", "replace")
+        if engine_cmdline(text, stem) is None:
+            return None  # says nothing about the engine: not the checks' business
+        return Entry(entry.path, entry.kind, redactor.command_line(entry.data), entry.target)
+    if entry.path == IDENTITY_PASSWD:
+        return Entry(entry.path, entry.kind, _drop_gecos(entry.data), entry.target)
+    return entry
+
+
+def _drop_gecos(data: bytes) -> bytes:
+    """``/etc/passwd`` without its fifth field (full names, rooms, phone numbers): the
+    checks read user names and ids only."""
+    lines = []
+    for line in data.split(b"\n"):
+        fields = line.split(b":")
+        if len(fields) >= 5:
+            fields[4] = b""
+        lines.append(b":".join(fields))
+    return b"\n".join(lines)
+
+
+def _scrub_environ(entry: Entry) -> Entry:
+    """A process environment keeps its variable names and only ``container=``'s value:
+    the checks need no more, and environments carry credentials no pattern knows."""
+    kept = []
+    for item in entry.data.split(b"\0"):
+        name, sep, _ = item.partition(b"=")
+        kept.append(item if name in KEEP_ENVIRON or not sep else name + b"=")
+    return Entry(entry.path, entry.kind, b"\0".join(kept), entry.target)
+
+
+def write_bundle(path: str, captured: Capture, members: List[Entry], redactor: Redactor,
+                 documents: Mapping[str, bytes]) -> BundleInfo:
+    """Write the archive: the members, the documents and a manifest, deterministically.
+
+    ``members`` come from :func:`redact_capture`; ``documents`` (``report.md``,
+    ``check.json``) are already redacted by the same redactor, so placeholders agree.
+    """
+    manifest = manifest_data(captured, members, redactor)
+    payload = dict(documents)
+    manifest_text = json.dumps(redactor.value(manifest), indent=2, sort_keys=True) + "\n"
+    payload["manifest.json"] = manifest_text.encode("utf-8")
+    everything = list(members) + [Entry("/" + name, "file", payload[name]) for name in sorted(payload)]
+    everything.sort(key=lambda e: e.path)
+    size = _write_archive(path, everything)
+    return BundleInfo(path, size, len(everything) + 1, len(captured.unreadable))
+
+
+def manifest_data(captured: Capture, members: List[Entry], redactor: Redactor) -> Dict[str, Any]:
+    """The manifest: each member's size and sha256, and each thing not read, with why."""
+    from strata_doctor import __version__
+
+    rows: List[Dict[str, Any]] = []
+    for entry in members:
+        row: Dict[str, Any] = {"path": entry.path, "kind": entry.kind}
+        if entry.kind == "file":
+            row.update(size=len(entry.data), sha256=hashlib.sha256(entry.data).hexdigest())
+        elif entry.kind == "link":
+            row["target"] = entry.target
+        rows.append(row)
+    return {
+        "schema": SCHEMA,
+        "strata_doctor": __version__,
+        "redacted": redactor.enabled,
+        "redactions": redactor.counts(),
+        "entries": rows,
+        "unreadable": [{"what": what, "reason": why} for what, why in captured.unreadable],
+        "absent": [{"what": what, "reason": why} for what, why in captured.absent],
+        "not_read": [{"what": what, "reason": why} for what, why in captured.not_read],
+        "listings": [{"path": p, "host_entries": n, "empty_stand_ins": k} for p, n, k in captured.listings],
+        "notes": [
+            f"{DEFAULT_CONFIG} holds the engine settings in effect when the bundle was written;"
+            f" {CONFIG_SOURCE} says where they came from on the host (empty: the command line).",
+            "Listed folders keep every name; entries nothing was read below are empty stand-ins.",
+            "Process environments (/proc/PID/environ) keep variable names, not values.",
+            "Command lines (/proc/PID/cmdline) are kept only where they name the engine or"
+            " strata-doctor, with secret-looking values masked; /etc/passwd has no GECOS field.",
+        ],
+    }
+
+
+def _write_archive(path: str, members: List[Entry]) -> int:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(_info(TOP, tarfile.DIRTYPE, 0o755))
+        for entry in members:
+            name = TOP + entry.path
+            if entry.kind == "dir":
+                tar.addfile(_info(name, tarfile.DIRTYPE, 0o755))
+            elif entry.kind == "link":
+                info = _info(name, tarfile.SYMTYPE, 0o777)
+                info.linkname = entry.target
+                tar.addfile(info)
+            else:
+                info = _info(name, tarfile.REGTYPE, 0o644)
+                info.size = len(entry.data)
+                tar.addfile(info, io.BytesIO(entry.data))
+    raw = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
+        gz.write(buffer.getvalue())
+    from strata_doctor.output.files import write_bytes  # '-' and what may be replaced: docs/report.md
+
+    return write_bytes(path, raw.getvalue())
+
+
+def _info(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.mode = mode
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
