@@ -51,15 +51,16 @@ def engine_data(ctx: HostContext) -> Dict[str, Any]:
 
 
 def facts_data(ctx: HostContext) -> Dict[str, Any]:
-    """Facts the checks read in this run (facts nobody needed are not read)."""
-    cache = vars(ctx)
-    facts: Dict[str, Any] = {}
-    for name, render in FACT_RENDERERS.items():
-        if name in cache:
-            facts[name] = render(ctx)
-    if "gpus" in cache:
-        facts["gpus"] = gpus_data(ctx)
-    return facts
+    """Every fact section, whichever checks ran: the document has the same shape on every
+    run (a fact no check needed is read here)."""
+    return {
+        "numa": numa_data(ctx),
+        "cpu": cpu_data(ctx),
+        "gpus": gpus_data(ctx),
+        "hugepages": hugepages_facts(ctx),
+        "thp": thp_facts(ctx),
+        "oomd": oomd_facts(ctx),
+    }
 
 
 def numa_data(ctx: HostContext) -> Dict[str, Any]:
@@ -144,11 +145,6 @@ def oomd_facts(ctx: HostContext) -> Dict[str, Any]:
     from strata_doctor.facts.oomd import oomd_data
 
     return oomd_data(ctx.oomd)
-
-
-FACT_RENDERERS = {"numa": numa_data, "cpu": cpu_data, "hugepages": hugepages_facts, "thp": thp_facts,
-                  "oomd": oomd_facts}
-"""Fact sections by the HostContext attribute that holds them; extend to add a section."""
 
 
 def check_data(result: CheckResult) -> Dict[str, Any]:
