@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from strata_doctor import __version__
 from strata_doctor.facts.parse import format_bytes, format_cpulist
@@ -209,45 +209,66 @@ def _size(value: Optional[int]) -> str:
 # -- Mermaid --------------------------------------------------------------------
 def to_mermaid(host: HostMap) -> str:
     """A Mermaid ``flowchart`` of the same picture, without the fence."""
-    out = ["flowchart TB"]
-    sockets = sorted({n.socket for n in host.nodes if n.socket is not None})
-    for socket in sockets:
+    ids = {n.id for n in host.nodes}
+    out = ["flowchart TB", *_mermaid_nodes(host), *_mermaid_gpus(host, ids)]
+    out.extend(f'  node{a} ---|"{_escape(text)}"| node{b}' for a, b, text in _distance_links(host))
+    out.extend(_mermaid_engine(host, ids))
+    out.extend(_mermaid_classes(host, ids))
+    return "\n".join(out) + "\n"
+
+
+def _mermaid_nodes(host: HostMap) -> List[str]:
+    """Nodes inside their socket's subgraph, then nodes of no socket."""
+    out = []
+    for socket in sorted({n.socket for n in host.nodes if n.socket is not None}):
         out.append(f'  subgraph socket{socket}["socket {socket}"]')
         out.extend(f"    {_mermaid_node(host, n)}" for n in host.nodes if n.socket == socket)
         out.append("  end")
     out.extend(f"  {_mermaid_node(host, n)}" for n in host.nodes if n.socket is None)
+    return out
+
+
+def _mermaid_gpus(host: HostMap, ids: Set[int]) -> List[str]:
+    """Every GPU's box, then its link to the node it is on."""
+    out = []
     for gpu in host.gpus:
         label = [f"GPU {gpu.address}", gpu.model, f"PCIe {gpu.link}" if gpu.link else "PCIe link unknown"]
-        label += _roles(gpu)
-        out.append(f"  {gpu_id(gpu)}{_label(label)}")
-    ids = {n.id for n in host.nodes}
-    for gpu in host.gpus:
-        if gpu.node in ids:
-            out.append(f"  {gpu_id(gpu)} --- node{gpu.node}")
-    for a, b, text in _distance_links(host):
-        out.append(f'  node{a} ---|"{_escape(text)}"| node{b}')
+        out.append(f"  {gpu_id(gpu)}{_label(label + _roles(gpu))}")
+    out.extend(f"  {gpu_id(gpu)} --- node{gpu.node}" for gpu in host.gpus if gpu.node in ids)
+    return out
+
+
+def _mermaid_engine(host: HostMap, ids: Set[int]) -> List[str]:
+    """The engine's box, where it runs now (dotted) and where the plan puts it (thick)."""
     engine, plan = host.engine, host.plan
-    engine_label = [engine.unit, engine.state]
+    label = [engine.unit, engine.state]
     if host.changes:
-        engine_label.append("fix: bind to node(s) " + ",".join(str(n) for n in plan.nodes))
-    out.append(f"  engine{_label(engine_label)}")
+        label.append("fix: bind to node(s) " + ",".join(str(n) for n in plan.nodes))
+    out = [f"  engine{_label(label)}"]
     for node in host.nodes:
         if node.engine_bytes is not None and (node.engine_cpus or node.engine_bytes):
             now = f"now: {_count(len(node.engine_cpus), 'CPU')}, {format_bytes(node.engine_bytes)}"
             out.append(f'  engine -.->|"{_escape(now)}"| node{node.id}')
     if plan.binds:
-        for node_id in sorted(set(plan.nodes) | set(plan.cpu_nodes)):
-            if node_id in ids:
-                out.append(f'  engine ==>|"{_escape("plan: " + " ".join(plan.numactl))}"| node{node_id}')
-    planned = [f"node{n}" for n in sorted(set(plan.nodes) | set(plan.cpu_nodes)) if n in ids]
+        text = _escape("plan: " + " ".join(plan.numactl))
+        out.extend(f'  engine ==>|"{text}"| node{n}' for n in _planned_nodes(host, ids))
+    return out
+
+
+def _planned_nodes(host: HostMap, ids: Set[int]) -> List[int]:
+    return [n for n in sorted(set(host.plan.nodes) | set(host.plan.cpu_nodes)) if n in ids]
+
+
+def _mermaid_classes(host: HostMap, ids: Set[int]) -> List[str]:
+    """Thick borders on the planned nodes and on the compute GPU."""
+    out = []
+    planned = [f"node{n}" for n in _planned_nodes(host, ids)]
     compute = [gpu_id(g) for g in host.gpus if g.compute]
     if planned:
-        out.append("  classDef planned stroke-width:3px")
-        out.append(f"  class {','.join(planned)} planned")
+        out += ["  classDef planned stroke-width:3px", f"  class {','.join(planned)} planned"]
     if compute:
-        out.append("  classDef compute stroke-width:3px")
-        out.append(f"  class {','.join(compute)} compute")
-    return "\n".join(out) + "\n"
+        out += ["  classDef compute stroke-width:3px", f"  class {','.join(compute)} compute"]
+    return out
 
 
 def _mermaid_node(host: HostMap, node: MapNode) -> str:
