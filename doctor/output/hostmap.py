@@ -8,10 +8,11 @@ what a fix would change is the planned binding, set against the binding in effec
 
 from __future__ import annotations
 
-from typing import FrozenSet, Mapping, NamedTuple, Optional, Tuple
+from typing import FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
 
 from strata_doctor.api import NumaPlan, plan_for_context
 from strata_doctor.context import HostContext
+from strata_doctor.facts.engine import EngineProcess, UnitState
 from strata_doctor.facts.gpu import Gpu, normalize_address
 from strata_doctor.facts.parse import format_bytes, format_cpulist, parse_cpulist
 from strata_doctor.rules.gpu import place_gpu
@@ -156,27 +157,8 @@ def build_map(ctx: HostContext) -> HostMap:
     Raises :class:`~strata_doctor.api.PlanError` for a ``numa:`` node the host lacks."""
     plan = plan_for_context(ctx)
     numa, cpu = ctx.numa, ctx.cpu
-    proc = ctx.engine_process
     state = ctx.binding_state
-    by_node = dict(proc.memory_by_node) if proc else {}
-    ids = [n.id for n in numa.nodes]
-    nodes = []
-    for node in numa.nodes:
-        packages = cpu.packages_in(node.all_cpus)
-        nodes.append(MapNode(
-            id=node.id,
-            socket=next(iter(packages)) if len(packages) == 1 else None,
-            cpus=node.cpus,
-            cores=cpu.cores_in(node.cpus) if node.cpus else 0,
-            memory_total=node.memory_total,
-            memory_free=node.memory_free,
-            memory_only=node.memory_only,
-            distances=tuple((other, node.distance_to(other)) for other in ids),
-            engine_cpus=(proc.cpus_allowed & node.cpus) if proc else frozenset(),
-            engine_bytes=by_node.get(node.id, 0) if proc else None,
-            arena=node.id in plan.nodes,
-            pool=node.id in plan.cpu_nodes,
-        ))
+    nodes = map_nodes(ctx, plan)
     online = numa.online_cpus or frozenset().union(*(n.cpus for n in numa.nodes))
     total = ctx.meminfo.get("MemTotal") or sum(n.memory_total or 0 for n in numa.nodes) or None
     engine = engine_now(ctx)
@@ -197,6 +179,32 @@ def build_map(ctx: HostContext) -> HostMap:
         fix=fix,
         changes=changes,
     )
+
+
+def map_nodes(ctx: HostContext, plan: NumaPlan) -> List[MapNode]:
+    """Every NUMA node with its socket, memory, distances, the engine there now and the plan."""
+    numa, cpu = ctx.numa, ctx.cpu
+    proc = ctx.engine_process
+    by_node = dict(proc.memory_by_node) if proc else {}
+    ids = [n.id for n in numa.nodes]
+    nodes = []
+    for node in numa.nodes:
+        packages = cpu.packages_in(node.all_cpus)
+        nodes.append(MapNode(
+            id=node.id,
+            socket=next(iter(packages)) if len(packages) == 1 else None,
+            cpus=node.cpus,
+            cores=cpu.cores_in(node.cpus) if node.cpus else 0,
+            memory_total=node.memory_total,
+            memory_free=node.memory_free,
+            memory_only=node.memory_only,
+            distances=tuple((other, node.distance_to(other)) for other in ids),
+            engine_cpus=(proc.cpus_allowed & node.cpus) if proc else frozenset(),
+            engine_bytes=by_node.get(node.id, 0) if proc else None,
+            arena=node.id in plan.nodes,
+            pool=node.id in plan.cpu_nodes,
+        ))
+    return nodes
 
 
 def gpu_models(ctx: HostContext) -> Mapping[str, str]:
@@ -245,29 +253,14 @@ def engine_now(ctx: HostContext) -> EngineNow:
     unit = ctx.unit
     name = ctx.config.unit
     proc = ctx.engine_process
-    if unit.loaded:
-        unit_state = f"unit {unit.get('ActiveState') or '?'}/{unit.get('SubState') or '?'}"
-    elif unit.available:
-        unit_state = f"unit LoadState={unit.get('LoadState') or '?'}"
-    else:
-        unit_state = unit.reason.rstrip(".") or "unit state unknown"
-    state = f"not running: {unit_state}"
     if proc is not None:
-        policies = sorted(proc.policies, key=lambda pair: (-pair[1], pair[0]))
-        spread = ", ".join(f"node {n} {format_bytes(size)}" for n, size in proc.memory_by_node if size)
-        unread = ctx.why_unread(f"/proc/{proc.pid}/numa_maps")
-        if unread:
-            memory = f"unknown (numa_maps: {unread})"
-        elif policies and spread:
-            memory = f"policy {policies[0][0]}: {spread}"
-        else:
-            memory = "no pages yet"
         return EngineNow(
             unit=name, state=f"running (pid {proc.pid}" + (")" if unit.main_pid else f", outside {name})"),
             pid=proc.pid, source=f"/proc/{proc.pid}", cpus=proc.cpus_allowed or None,
-            memory=memory,
+            memory=_process_memory(ctx, proc),
             memory_by_node=proc.memory_by_node, follows_plan=None, configured=None,
         )
+    state = f"not running: {_unit_state(unit)}"
     if unit.loaded:
         policy = unit.get("NUMAPolicy")
         mask = unit.get("NUMAMask")
@@ -280,6 +273,27 @@ def engine_now(ctx: HostContext) -> EngineNow:
         )
     return EngineNow(unit=name, state=state, pid=None, source="none", cpus=None,
                      memory="unknown", memory_by_node=(), follows_plan=None, configured=None)
+
+
+def _unit_state(unit: UnitState) -> str:
+    """The engine unit's state as the map says it (``unit inactive/dead``)."""
+    if unit.loaded:
+        return f"unit {unit.get('ActiveState') or '?'}/{unit.get('SubState') or '?'}"
+    if unit.available:
+        return f"unit LoadState={unit.get('LoadState') or '?'}"
+    return unit.reason.rstrip(".") or "unit state unknown"
+
+
+def _process_memory(ctx: HostContext, proc: EngineProcess) -> str:
+    """The running engine's memory: its main policy and bytes per node, or why unknown."""
+    policies = sorted(proc.policies, key=lambda pair: (-pair[1], pair[0]))
+    spread = ", ".join(f"node {n} {format_bytes(size)}" for n, size in proc.memory_by_node if size)
+    unread = ctx.why_unread(f"/proc/{proc.pid}/numa_maps")
+    if unread:
+        return f"unknown (numa_maps: {unread})"
+    if policies and spread:
+        return f"policy {policies[0][0]}: {spread}"
+    return "no pages yet"
 
 
 def arena_place(ctx: HostContext) -> Optional[ArenaPlace]:
