@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Un
 
 from strata_doctor import __version__
 from strata_doctor.facts.parse import format_bytes, format_cpulist
-from strata_doctor.output.hostmap import HostMap, MapGpu, MapNode
+from strata_doctor.output.hostmap import ArenaPlace, HostMap, MapGpu, MapNode
 from strata_doctor.output.text import ASCII
 
 SCHEMA = "strata-doctor/map/v1"
@@ -84,6 +84,18 @@ def _node_boxes(host: HostMap) -> List[str]:
     placed = set(contents)
     lost = [_gpu_lines(gpu) for gpu in host.gpus if gpu.node is None or gpu.node not in placed]
     width = max([len(line) for lines in [*contents.values(), *lost] for line in lines], default=0)
+    lines = _socket_boxes(host, contents, width)
+    for node in host.nodes:
+        if node.socket is None:
+            title = f"node {node.id}" + (" (memory only)" if node.memory_only else "")
+            lines.extend(_box(title, contents[node.id], width + 4))
+    for gpu_lines in lost:
+        lines.extend(_box("GPU on no known node", gpu_lines, width + 4))
+    return lines
+
+
+def _socket_boxes(host: HostMap, contents: Dict[int, List[str]], width: int) -> List[str]:
+    """Each socket's box around the boxes of its nodes."""
     lines: List[str] = []
     for socket in sorted({n.socket for n in host.nodes if n.socket is not None}):
         inner: List[str] = []
@@ -91,12 +103,6 @@ def _node_boxes(host: HostMap) -> List[str]:
             if node.socket == socket:
                 inner.extend(_box(f"node {node.id}", contents[node.id], width))
         lines.extend(_box(f"socket {socket}", inner))
-    for node in host.nodes:
-        if node.socket is None:
-            title = f"node {node.id}" + (" (memory only)" if node.memory_only else "")
-            lines.extend(_box(title, contents[node.id], width + 4))
-    for gpu_lines in lost:
-        lines.extend(_box("GPU on no known node", gpu_lines, width + 4))
     return lines
 
 
@@ -109,17 +115,28 @@ def _node_lines(host: HostMap, node: MapNode) -> List[str]:
         if gpu.node == node.id:
             lines.extend(_gpu_lines(gpu))
     if node.engine_bytes is not None and (node.engine_cpus or node.engine_bytes):
-        where = ("all its CPUs" if node.engine_cpus == node.cpus and node.cpus
-                 else _count(len(node.engine_cpus), "CPU") if node.engine_cpus else "none of its CPUs")
-        lines.append(_row("engine", f"now: {where}, {format_bytes(node.engine_bytes)}"))
+        lines.append(_row("engine", f"now: {_engine_cpus(node)}, {format_bytes(node.engine_bytes)}"))
+    planned = _planned_here(host, node)
+    if planned:
+        lines.append(_row("plan", " and ".join(planned)))
+    return lines
+
+
+def _engine_cpus(node: MapNode) -> str:
+    """Which of the node's CPUs the engine may run on now, in words."""
+    if node.engine_cpus == node.cpus and node.cpus:
+        return "all its CPUs"
+    return _count(len(node.engine_cpus), "CPU") if node.engine_cpus else "none of its CPUs"
+
+
+def _planned_here(host: HostMap, node: MapNode) -> List[str]:
+    """What the plan puts on the node: the arena, the expert pool, both or neither."""
     planned = []
     if node.arena:
         planned.append(f"the arena ({host.plan.policy})")
     if node.pool:
         planned.append("the expert pool on its CPUs")
-    if planned:
-        lines.append(_row("plan", " and ".join(planned)))
-    return lines
+    return planned
 
 
 def _cores(node: MapNode) -> str:
@@ -178,21 +195,24 @@ def _engine_lines(host: HostMap) -> List[str]:
     else:
         lines.append(_item("plan", "no binding"))
     lines.extend(_item("", f"- {reason}") for reason in plan.reasons)
-    arena = host.arena
-    if arena is None:
-        lines.append(_item("arena", "size not configured (set arena: in the config, or --arena)"))
-    else:
-        where = f"node(s) {arena.nodes}" if arena.nodes != "all" else "the host's memory"
-        fits = ("does not fit: " + format_bytes(-arena.spare_bytes) + " short"
-                if arena.spare_bytes is not None and arena.spare_bytes < 0
-                else f"{_size(arena.spare_bytes)} to spare")
-        lines.append(_item("arena", f"{format_bytes(arena.arena_bytes)} + K/V {format_bytes(arena.kv_bytes)}"
-                                    f" + headroom {format_bytes(arena.headroom_bytes)} on {where} "
-                                    f"({_size(arena.total_bytes)}): {fits}"))
+    lines.append(_item("arena", _arena_text(host.arena)))
     lines.append(_item("fix", host.fix))
     width = max((len(c.what) for c in host.changes), default=0) + 2
     lines.extend(_item("", f"{c.what.ljust(width)}{c.now} → {c.after}") for c in host.changes)
     return lines
+
+
+def _arena_text(arena: Optional[ArenaPlace]) -> str:
+    """Where the arena would sit and whether it fits there, in one line."""
+    if arena is None:
+        return "size not configured (set arena: in the config, or --arena)"
+    where = f"node(s) {arena.nodes}" if arena.nodes != "all" else "the host's memory"
+    fits = ("does not fit: " + format_bytes(-arena.spare_bytes) + " short"
+            if arena.spare_bytes is not None and arena.spare_bytes < 0
+            else f"{_size(arena.spare_bytes)} to spare")
+    return (f"{format_bytes(arena.arena_bytes)} + K/V {format_bytes(arena.kv_bytes)}"
+            f" + headroom {format_bytes(arena.headroom_bytes)} on {where} "
+            f"({_size(arena.total_bytes)}): {fits}")
 
 
 def _item(label: str, text: str) -> str:
