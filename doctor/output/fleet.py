@@ -132,12 +132,7 @@ def to_nfd(ctx: HostContext, results: Sequence[CheckResult], code: int) -> str:
         "warnings": str(counts["warning"]),
         "numa-nodes": str(len(ctx.numa.nodes)),
     }
-    address, node = gpu_node(ctx)
-    labels["gpu"] = "true" if address else "false"
-    if node is not None:
-        labels["gpu-numa-node"] = str(node)
-    if address:
-        labels["gpu-address"] = _nfd_value(address.replace(":", "-"))
+    labels.update(_gpu_labels(ctx))
     headroom = ctx.arena_headroom
     if headroom is not None:
         labels["arena-fits"] = "true" if headroom[1] >= 0 else "false"
@@ -147,3 +142,14 @@ def to_nfd(ctx: HostContext, results: Sequence[CheckResult], code: int) -> str:
     lines = [f"# strata-doctor {__version__}: check exit code {code}"]
     lines += [f"{NFD_PREFIX}{name}={value}" for name, value in labels.items()]
     return "\n".join(lines) + "\n"
+
+
+def _gpu_labels(ctx: HostContext) -> Dict[str, str]:
+    """Whether the host has a compute GPU, and its node and address when known."""
+    address, node = gpu_node(ctx)
+    labels = {"gpu": "true" if address else "false"}
+    if node is not None:
+        labels["gpu-numa-node"] = str(node)
+    if address:
+        labels["gpu-address"] = _nfd_value(address.replace(":", "-"))
+    return labels
