@@ -90,12 +90,7 @@ def write_bytes(path: str, data: bytes, mode: Optional[int] = None) -> int:
     """
     check_path(path)
     if is_stdout(path):
-        stream = getattr(sys.stdout, "buffer", None)
-        if stream is None:  # pragma: no cover - every real stdout has one
-            raise OutputError("standard output takes no bytes")
-        stream.write(data)
-        stream.flush()
-        return len(data)
+        return _write_stdout(data)
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".strata-doctor.", suffix=".tmp", dir=directory)
@@ -120,6 +115,15 @@ def write_bytes(path: str, data: bytes, mode: Optional[int] = None) -> int:
         if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
+    return len(data)
+
+
+def _write_stdout(data: bytes) -> int:
+    stream = getattr(sys.stdout, "buffer", None)
+    if stream is None:  # pragma: no cover - every real stdout has one
+        raise OutputError("standard output takes no bytes")
+    stream.write(data)
+    stream.flush()
     return len(data)
 
 

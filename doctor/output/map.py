@@ -81,8 +81,7 @@ def _node_boxes(host: HostMap) -> List[str]:
     """Sockets holding their nodes, then nodes of no socket, then GPUs of no known node;
     every node box as wide as the widest, so that the picture lines up."""
     contents = {node.id: _node_lines(host, node) for node in host.nodes}
-    placed = set(contents)
-    lost = [_gpu_lines(gpu) for gpu in host.gpus if gpu.node is None or gpu.node not in placed]
+    lost = [_gpu_lines(gpu) for gpu in _lost_gpus(host)]
     width = max([len(line) for lines in [*contents.values(), *lost] for line in lines], default=0)
     lines = _socket_boxes(host, contents, width)
     for node in host.nodes:
@@ -92,6 +91,12 @@ def _node_boxes(host: HostMap) -> List[str]:
     for gpu_lines in lost:
         lines.extend(_box("GPU on no known node", gpu_lines, width + 4))
     return lines
+
+
+def _lost_gpus(host: HostMap) -> List[MapGpu]:
+    """GPUs on no node of the map: their node is unknown, or not among the host's nodes."""
+    placed = {node.id for node in host.nodes}
+    return [gpu for gpu in host.gpus if gpu.node is None or gpu.node not in placed]
 
 
 def _socket_boxes(host: HostMap, contents: Dict[int, List[str]], width: int) -> List[str]:
