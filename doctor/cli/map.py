@@ -24,6 +24,7 @@ def map_command(fmt: str, **kwargs: Any) -> None:
     from strata_doctor.api import PlanError
     from strata_doctor.output import map as render_map
     from strata_doctor.output.hostmap import build_map
+    from strata_doctor.output.map_json import to_json
 
     _, ctx = open_host(host_from_kwargs(kwargs))
     try:
@@ -31,7 +32,7 @@ def map_command(fmt: str, **kwargs: Any) -> None:
     except PlanError as exc:
         raise UsageFailure(str(exc)) from None
     if fmt == "json":
-        click.echo(render_map.to_json(host), nl=False)
+        click.echo(to_json(host), nl=False)
     elif fmt == "mermaid":
         click.echo(render_map.to_mermaid(host), nl=False)
     else:
