@@ -5,6 +5,7 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from strata_doctor.config import EngineConfig
 from strata_doctor.facts.cgroup import EngineLimits, read_engine_limits
+from strata_doctor.facts.cgroup_path import read_cgroup_path
 from strata_doctor.facts.cpu import CpuFacts, KernelIsa, read_cpu, read_kernel_isa
 from strata_doctor.facts.cpu_policy import (
     CpuFrequency,
@@ -50,6 +51,7 @@ from strata_doctor.facts.units import RESERVED_UNITS, unit_settings
 from strata_doctor.root import Root
 from strata_doctor.rules.binding import BindingPlan, BindingState, assess, plan_for
 from strata_doctor.rules.gpu import GpuPlacement, choose_compute_gpu, place_gpu
+from strata_doctor.rules.limits import tightest_limits
 from strata_doctor.rules.memory import arena_headroom
 from strata_doctor.rules.oomd import Exposure, assess_exposure
 from strata_doctor.rules.pool import PoolAssessment, assess_pool
@@ -236,10 +238,13 @@ class HostContext:
     # facts_pagecache --
     @cached_property
     def engine_limits(self) -> EngineLimits:
-        """The engine's cgroup limits, container, locked-memory limit and swap."""
+        """The engine's cgroup limits (the tightest on its path: ``rules.tightest_limits``),
+        container, locked-memory limit and swap."""
         oomd = self.oomd
-        return read_engine_limits(self.root, self.config.unit, oomd.engine_cgroup, oomd.cgroup_source,
-                                  self.engine_pid, oomd.container, self.meminfo.get("MemTotal"))
+        limits = read_engine_limits(self.root, self.config.unit, oomd.engine_cgroup, oomd.cgroup_source,
+                                    self.engine_pid, oomd.container, self.meminfo)
+        path = read_cgroup_path(self.root, limits, self.engine_pid is not None)
+        return tightest_limits(limits, path, self.meminfo.get("MemTotal"))
 
     @cached_property
     def binding_node_caches(self) -> Optional[Tuple[NodeCache, ...]]:
