@@ -6,7 +6,9 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.facts.oomd import OomdFacts, OomdKill, Watched, oomd_commands
+from strata_doctor.facts.oomd import OomdFacts, oomd_commands
+from strata_doctor.facts.oomd_dump import Watched
+from strata_doctor.facts.oomd_journal import OomdKill
 from strata_doctor.facts.parse import format_bytes, format_count
 from strata_doctor.fix.memory import move_to_system_service_fix, oomd_dropin_fix
 from strata_doctor.model import Evidence, Finding, Fix, Severity

@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.facts.oomd import Watched
+from strata_doctor.facts.oomd_dump import Watched
 from strata_doctor.facts.parse import format_bytes
 from strata_doctor.fix.limits import swap_fix
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity

@@ -18,24 +18,18 @@ from strata_doctor.facts.hugepage_pools import parse_size_dir
 from strata_doctor.facts.hugepages import detect_container, format_page_size, read_hugepages
 from strata_doctor.facts.hugetlbfs import parse_maps_paths
 from strata_doctor.facts.meminfo import parse_meminfo, read_meminfo
-from strata_doctor.facts.oomd import (
-    cgroup_units,
-    parse_oomctl_dump,
-    parse_oomd_journal,
-    parse_percent,
-    parse_pressure,
-    parse_proc_cgroup,
-    parse_timespan,
-    read_oomd,
-    read_oomd_settings,
-    slice_path,
-    unit_file_paths,
-)
+from strata_doctor.facts.oomd import read_oomd
+from strata_doctor.facts.oomd_conf import read_oomd_settings
+from strata_doctor.facts.oomd_dump import parse_oomctl_dump, parse_percent, parse_timespan
+from strata_doctor.facts.oomd_journal import parse_oomd_journal
+from strata_doctor.facts.oomd_units import cgroup_units, parse_proc_cgroup, slice_path
 from strata_doctor.facts.parse import format_count, parse_mounts, parse_size
+from strata_doctor.facts.pressure import parse_pressure
 from strata_doctor.facts.processes import read_processes
 from strata_doctor.facts.sysctl import normalize_sysctl_key, parse_sysctl_conf, read_sysctl_config
 from strata_doctor.facts.thp import read_thp
 from strata_doctor.facts.unitfile import parse_ini
+from strata_doctor.facts.units import unit_file_paths
 from strata_doctor.root import Root
 from strata_doctor.rules.pool import HugepageNeed, assess_pool
 from strata_doctor.rules.trap import CHAIN

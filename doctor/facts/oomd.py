@@ -21,11 +21,6 @@ from typing import Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from strata_doctor.facts.engine import UnitState, command_failure, command_outcome, read_unit, unit_command
 from strata_doctor.facts.oomd_conf import (
-    DEFAULT_PRESSURE_LIMIT,
-    DEFAULT_PRESSURE_SECONDS,
-    DEFAULT_SWAP_LIMIT,
-    OOMD_CONF_DIRS,
-    OOMD_CONF_FILES,
     OomdSettings,
     read_oomd_settings,
 )
@@ -34,35 +29,18 @@ from strata_doctor.facts.oomd_dump import (
     OomctlDump,
     Watched,
     parse_oomctl_dump,
-    parse_percent,
-    parse_timespan,
 )
-from strata_doctor.facts.oomd_journal import JOURNAL_OOMD, OomdKill, parse_oomd_journal, read_oomd_journal
+from strata_doctor.facts.oomd_journal import JOURNAL_OOMD, OomdKill, read_oomd_journal
 from strata_doctor.facts.oomd_units import (
-    OOM_KEYS,
     UnitOomSettings,
     cgroup_units,
-    parse_proc_cgroup,
     read_engine_cgroup,
     read_path_units,
-    read_unit_oom,
-    slice_path,
     user_manager_uid,
 )
 from strata_doctor.facts.parse import parse_mounts
-from strata_doctor.facts.pressure import Pressure, parse_pressure, read_pressure
-from strata_doctor.facts.units import unit_file_paths
+from strata_doctor.facts.pressure import Pressure, read_pressure
 from strata_doctor.root import Command, CommandResult, Root, command_key
-
-__all__ = [
-    "DEFAULT_PRESSURE_LIMIT", "DEFAULT_PRESSURE_SECONDS", "DEFAULT_SWAP_LIMIT", "JOURNAL_OOMD",
-    "OOMCTL_DUMP", "OOMD_ACTIVE", "OOMD_CONF_DIRS", "OOMD_CONF_FILES", "OOMD_DROPIN", "OOMD_UNIT",
-    "OOM_KEYS", "OomctlDump", "OomdFacts", "OomdKill", "OomdSettings", "Pressure", "UnitOomSettings",
-    "Watched", "cgroup_units", "cgroup_v2", "oomd_commands", "oomd_data", "parse_oomctl_dump",
-    "parse_oomd_journal", "parse_percent", "parse_pressure", "parse_proc_cgroup", "parse_timespan",
-    "read_oomd", "read_oomd_active", "read_oomd_settings", "read_unit_oom", "slice_path",
-    "unit_file_paths", "user_manager_uid",
-]
 
 OOMD_UNIT = "systemd-oomd.service"
 OOMD_ACTIVE = Command(

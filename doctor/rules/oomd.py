@@ -2,7 +2,8 @@
 
 from typing import NamedTuple, Optional, Tuple
 
-from strata_doctor.facts.oomd import OomdFacts, Watched
+from strata_doctor.facts.oomd import OomdFacts
+from strata_doctor.facts.oomd_dump import Watched
 
 
 # -- systemd-oomd ------------------------------------------------------------------------
