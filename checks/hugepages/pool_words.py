@@ -26,7 +26,6 @@ Words = Callable[[HostContext, PoolVerdict, Tuple[Evidence, ...]], Finding]
 """How one case of the default pool is worded."""
 
 
-
 class DefaultPoolWords(Check):
     """The default pool's findings, one method per case of :func:`judge_pool`; the
     check inherits them with the helpers its other findings use too."""
