@@ -1,7 +1,7 @@
 """One host as the checks see it: facts read lazily, once, through one root."""
 
 from functools import cached_property
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Tuple
 
 from strata_doctor.config import EngineConfig
 from strata_doctor.facts.cgroup import EngineLimits, read_engine_limits
@@ -29,14 +29,6 @@ from strata_doctor.facts.engine import (
     unit_exec_start,
 )
 from strata_doctor.facts.gpu import Gpu, read_gpus
-from strata_doctor.facts.host import (
-    DmiSystem,
-    OsRelease,
-    SoftwareVersions,
-    read_dmi_system,
-    read_os_release,
-    read_software_versions,
-)
 from strata_doctor.facts.hugepage_pools import NodePool, read_node_pools
 from strata_doctor.facts.hugepages import HugepageFacts, detect_container, read_hugepages
 from strata_doctor.facts.meminfo import read_meminfo
@@ -56,6 +48,9 @@ from strata_doctor.rules.memory import arena_headroom
 from strata_doctor.rules.oomd import Exposure, assess_exposure
 from strata_doctor.rules.pool import PoolAssessment, assess_pool
 from strata_doctor.rules.trap import TrapVerdict, assess_trap
+
+if TYPE_CHECKING:  # the report's facts, imported where they are read
+    from strata_doctor.facts.host import DmiSystem, OsRelease, SoftwareVersions
 
 
 class HostContext:
@@ -334,17 +329,25 @@ class HostContext:
         return read_kernel_isa(self.root)
 
     # -- the host as a report names it: doctor/facts/host.py ----------------------------------
+    # Only the report asks for these: their module is imported when it does, not on check's
+    # start-up path.
     @cached_property
-    def software_versions(self) -> SoftwareVersions:
+    def software_versions(self) -> "SoftwareVersions":
         """Kernel, systemd, NVIDIA driver and CUDA versions."""
+        from strata_doctor.facts.host import read_software_versions
+
         return read_software_versions(self.root)
 
     @cached_property
-    def os_release(self) -> OsRelease:
+    def os_release(self) -> "OsRelease":
         """The distribution, from os-release(5)."""
+        from strata_doctor.facts.host import read_os_release
+
         return read_os_release(self.root)
 
     @cached_property
-    def dmi_system(self) -> DmiSystem:
+    def dmi_system(self) -> "DmiSystem":
         """The system's vendor and product name from DMI."""
+        from strata_doctor.facts.host import read_dmi_system
+
         return read_dmi_system(self.root)
