@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.facts.numa import NODE_DIR, NumaNode
+from strata_doctor.facts.numa import NODE_DIR, UNREACHABLE, NumaNode
 from strata_doctor.facts.parse import format_bytes, format_cpulist
 from strata_doctor.model import Evidence, Finding, Severity
 
@@ -122,11 +122,14 @@ class NumaTopology(Check):
 
 def _local_remote(cpu_nodes: Tuple[NumaNode, ...]) -> Tuple[int, int]:
     """The smallest local distance (10 when none is given) and the largest distance between
-    two CPU nodes (0 when none is given)."""
-    local = min((d for n in cpu_nodes for o, d in n.distances if o == n.id), default=10)
+    two CPU nodes (0 when none is given). A 0 (no SLIT) is no distance and 255 (unreachable)
+    no cost of reading, so neither gives a ratio; the quirks name them."""
+    local = min((d for n in cpu_nodes for o, d in n.distances if o == n.id and 0 < d < UNREACHABLE),
+                default=10)
     cpu_ids = {n.id for n in cpu_nodes}
     remote = max(
-        (d for n in cpu_nodes for o, d in n.distances if o != n.id and o in cpu_ids and d),
+        (d for n in cpu_nodes for o, d in n.distances
+         if o != n.id and o in cpu_ids and 0 < d < UNREACHABLE),
         default=0,
     )
     return local, remote

@@ -197,3 +197,68 @@ def test_a_5000_digit_integer_in_a_command_capture_is_no_crash(seed: Path) -> No
     else:
         assert result.exit_code in (0, 1)
         json.loads(result.stdout)
+
+
+# -- odd numbers in a NUMA distance row ---------------------------------------------------
+NODE = "sys/devices/system/node"
+
+
+def topology(root: Path) -> Dict[str, Any]:
+    """numa-topology's findings on ``root`` (none crashed): {"layout": summary, "quirks": [...]}."""
+    data = check_json(root)
+    rows = {c["id"]: c for c in data["checks"]}  # type: ignore[union-attr]
+    assert [c["id"] for c in rows.values() if c["status"] == "crashed"] == []
+    found = [f for f in data["findings"] if f["check"] == "numa-topology"]  # type: ignore[union-attr]
+    return {"layout": [f["summary"] for f in found if f["id"] in ("layout", "single-node")],
+            "quirks": [f["summary"] for f in found if f["id"] == "firmware-quirk"]}
+
+
+@pytest.mark.parametrize("rows, layout, quirks", [
+    # node0's own distance 0: no ratio from it, node1's 10/21 still stands
+    (("0 21", "21 10"), "2 NUMA nodes, distance 10/21 (remote memory 2.1x local)",
+     ["node0: distance row contains 0 (firmware gave no SLIT)"]),
+    (("0 0", "0 0"), "2 NUMA nodes",
+     ["node0: distance row contains 0 (firmware gave no SLIT)",
+      "node1: distance row contains 0 (firmware gave no SLIT)"]),
+    (("-10 21", "21 10"), "2 NUMA nodes, distance 10/21 (remote memory 2.1x local)",
+     ["node0: the distance to node0 reads '-10', not a distance (a number from 0 to 255); left out"]),
+    (("10 -21", "-21 10"), "2 NUMA nodes",
+     ["node0: the distance to node1 reads '-21', not a distance (a number from 0 to 255); left out",
+      "node1: the distance to node0 reads '-21', not a distance (a number from 0 to 255); left out"]),
+    (("10 abc", "21 10"), "2 NUMA nodes, distance 10/21 (remote memory 2.1x local)",
+     ["node0: the distance to node1 reads 'abc', not a distance (a number from 0 to 255); left out"]),
+    (("ten twenty-one", "21 10"), "2 NUMA nodes, distance 10/21 (remote memory 2.1x local)",
+     ["node0: 2 distance entries are not distances (numbers from 0 to 255), the first 'ten' "
+      "(to node0); left out"]),
+    (("10 " + "9" * 70, "21 10"), "2 NUMA nodes, distance 10/21 (remote memory 2.1x local)",
+     [f"node0: the distance to node1 reads '{'9' * 20}...', not a distance (a number from 0 to 255); "
+      "left out"]),
+    (("10 300", "300 10"), "2 NUMA nodes",
+     ["node0: the distance to node1 reads '300', not a distance (a number from 0 to 255); left out",
+      "node1: the distance to node0 reads '300', not a distance (a number from 0 to 255); left out"]),
+    # 255 is the SLIT's "unreachable": no ratio rests on it
+    (("10 255", "255 10"), "2 NUMA nodes",
+     ["node0: the distance to node1 is 255: the firmware marks node1's memory unreachable from node0",
+      "node1: the distance to node0 is 255: the firmware marks node0's memory unreachable from node1"]),
+    (("10", "21 10"), "2 NUMA nodes, distance 10/21 (remote memory 2.1x local)",
+     ["node0: distance row has 1 entries for 2 nodes"]),
+    (("10 21 31 41", "21 10"), "2 NUMA nodes, distance 10/21 (remote memory 2.1x local)",
+     ["node0: distance row has 4 entries for 2 nodes"]),
+    (("", "21 10"), "2 NUMA nodes, distance 10/21 (remote memory 2.1x local)",
+     ["node0: distance row is missing or empty"]),
+])
+def test_odd_distances_are_quirks_never_a_crash(seed: Path, rows: Any, layout: str,
+                                                quirks: List[str]) -> None:
+    for node, row in enumerate(rows):
+        (seed / NODE / f"node{node}/distance").write_text(row + "\n")
+    found = topology(seed)
+    assert found["layout"] == [layout]
+    assert found["quirks"] == quirks
+
+
+def test_a_zero_local_distance_on_four_nodes_is_no_crash(tmp_path: Path) -> None:
+    snc = copy_host("xeon-snc2", tmp_path / "snc")
+    (snc / NODE / "node0/distance").write_text("0 12 21 21\n")
+    found = topology(snc)
+    assert found["layout"] and "(remote memory 2.1x local)" in found["layout"][0]
+    assert "node0: distance row contains 0 (firmware gave no SLIT)" in found["quirks"]

@@ -7,9 +7,9 @@ from strata_doctor.facts.parse import (
     MAX_CPU,
     cpumap_beyond_limit,
     format_cpulist,
+    is_uint,
     parse_cpulist,
     parse_cpumap,
-    parse_distance,
 )
 from strata_doctor.root import Root
 
@@ -17,6 +17,11 @@ NODE_DIR = "/sys/devices/system/node"
 
 
 CPU_DIR = "/sys/devices/system/cpu"
+
+
+UNREACHABLE = 255
+"""The distance the ACPI SLIT gives memory a node cannot reach; its entries are one byte, so
+255 is also the largest distance there is."""
 
 
 class NumaNode(NamedTuple):
@@ -33,7 +38,8 @@ class NumaNode(NamedTuple):
     memory_free: Optional[int]
     """MemFree in bytes; None when the node has no meminfo."""
     distances: Tuple[Tuple[int, int], ...]
-    """(other node id, distance) pairs from the node's ``distance`` row."""
+    """(other node id, distance) pairs from the node's ``distance`` row: its entries that are
+    numbers from 0 to 255 (:data:`UNREACHABLE`), others left out and named in the quirks."""
     cpus_source: str
     """``cpulist``, ``cpumap`` (older kernels) or ``none``."""
 
@@ -127,8 +133,8 @@ def read_numa(root: Root) -> NumaFacts:
     return NumaFacts(tuple(nodes), online, offline, tuple(quirks), offline_source)
 
 
-_RawNode = Tuple[int, FrozenSet[int], str, Dict[str, int], Tuple[int, ...]]
-"""A node's files as read: id, CPUs, where they came from, meminfo, distance row."""
+_RawNode = Tuple[int, FrozenSet[int], str, Dict[str, int], Tuple[str, ...]]
+"""A node's files as read: id, CPUs, where they came from, meminfo, the distance row's words."""
 _CpuStates = Tuple[FrozenSet[int], FrozenSet[int], str]
 """Online CPUs, offline CPUs, and where the offline ones came from."""
 
@@ -195,24 +201,52 @@ def _read_node(root: Root, node_id: int) -> _RawNode:
         cpumap = root.read(f"{base}/cpumap")
         cpus, source = (parse_cpumap(cpumap), "cpumap") if cpumap is not None else (frozenset(), "none")
     meminfo = parse_meminfo(root.read(f"{base}/meminfo") or "")
-    row = parse_distance(root.read(f"{base}/distance") or "")
-    return node_id, cpus, source, meminfo, row
+    words = tuple((root.read(f"{base}/distance") or "").replace("\0", "").split())
+    return node_id, cpus, source, meminfo, words
+
+
+def _is_distance(word: str) -> bool:
+    """Whether a word of a distance row is a distance: a whole number up to 255."""
+    return is_uint(word) and int(word) <= UNREACHABLE
 
 
 def _pair_distances(
-    node_id: int, ids: List[int], row: Tuple[int, ...], quirks: List[str]
+    node_id: int, ids: List[int], words: Tuple[str, ...], quirks: List[str]
 ) -> Tuple[Tuple[int, int], ...]:
-    if not row:
+    """(other node, distance) for each entry of the row that is a distance; each oddity of
+    the row (missing, the wrong length, words that are no distance, 0, 255) is a quirk."""
+    if not words:
         quirks.append(f"node{node_id}: distance row is missing or empty")
         return ()
-    if len(row) != len(ids):
+    if len(words) != len(ids):
         quirks.append(
-            f"node{node_id}: distance row has {len(row)} entries for {len(ids)} nodes"
+            f"node{node_id}: distance row has {len(words)} entries for {len(ids)} nodes"
         )
-    pairs = tuple(zip(ids, row))
+    entries = list(zip(ids, words))
+    bad = [(other, word) for other, word in entries if not _is_distance(word)]
+    if bad:
+        quirks.append(_bad_entries(node_id, bad))
+    pairs = tuple((other, int(word)) for other, word in entries if _is_distance(word))
     if any(value == 0 for _, value in pairs):
         quirks.append(f"node{node_id}: distance row contains 0 (firmware gave no SLIT)")
+    quirks.extend(
+        f"node{node_id}: the distance to node{other} is {UNREACHABLE}: the firmware marks "
+        f"node{other}'s memory unreachable from node{node_id}"
+        for other, value in pairs if value == UNREACHABLE
+    )
     return pairs
+
+
+def _bad_entries(node_id: int, bad: List[Tuple[int, str]]) -> str:
+    """One line for the entries of a row that are no distance (a row of a million words
+    is one line too), the first of them quoted, cut short."""
+    other, word = bad[0]
+    quoted = repr(word if len(word) <= 20 else word[:20] + "...")
+    if len(bad) == 1:
+        return (f"node{node_id}: the distance to node{other} reads {quoted}, not a distance "
+                f"(a number from 0 to {UNREACHABLE}); left out")
+    return (f"node{node_id}: {len(bad)} distance entries are not distances (numbers from 0 to "
+            f"{UNREACHABLE}), the first {quoted} (to node{other}); left out")
 
 
 def _overlap_quirks(nodes: List[NumaNode]) -> List[str]:
