@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -262,3 +263,66 @@ def test_a_zero_local_distance_on_four_nodes_is_no_crash(tmp_path: Path) -> None
     found = topology(snc)
     assert found["layout"] and "(remote memory 2.1x local)" in found["layout"][0]
     assert "node0: distance row contains 0 (firmware gave no SLIT)" in found["quirks"]
+
+
+@pytest.mark.parametrize("local, remote", [(61.0, 0.0), (0.0, 0.0), (0.0, 24.4)])
+def test_a_saved_probe_of_0_gbps_falls_back_to_the_distances(seed: Path, local: float,
+                                                             remote: float) -> None:
+    """A read of 0 GB/s is no measurement: no ratio rests on it (remote 0 divided by zero)."""
+    from tests.test_probe_check import save, seed_probe
+
+    data = seed_probe()
+    for cell in data["matrix"]:
+        cell["read_gbps"] = local if cell["cpu_node"] == cell["mem_node"] else remote
+    save(seed, data)
+    result = run_cli(["check", "--root", str(seed), "numa-binding"], env={"NO_COLOR": "1"})
+    assert result.exit_code == 1, result.output
+    assert "remote memory costs 21/10 = 2.1x local" in result.stdout
+    assert "measured" not in result.stdout
+
+
+# -- zeros where a count or a size belongs ---------------------------------------------------
+def zero(key: str) -> Any:
+    """An edit that sets ``key:`` (a meminfo line) to 0."""
+    return lambda text: "".join(
+        (line.split(":")[0] + ":        0 kB\n" if line.split(":")[0].split()[-1:] == [key] else line + "\n")
+        for line in text.splitlines())
+
+
+CPUFREQ = "sys/devices/system/cpu/cpufreq"
+GPU_LINK = "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"
+
+
+@pytest.mark.parametrize("edits", [
+    {"proc/meminfo": zero("MemTotal")},
+    {"proc/meminfo": zero("MemFree")},
+    {"proc/meminfo": zero("Hugepagesize")},
+    {"proc/meminfo": zero("SwapTotal")},
+    {f"{NODE}/node1/meminfo": zero("MemTotal")},
+    {f"{NODE}/node0/meminfo": zero("MemTotal"), f"{NODE}/node1/meminfo": zero("MemTotal")},
+    {f"{NODE}/node1/meminfo": zero("MemFree")},
+    {f"{CPUFREQ}/policy0/cpuinfo_max_freq": "0\n", f"{CPUFREQ}/policy0/scaling_max_freq": "0\n",
+     f"{CPUFREQ}/policy0/scaling_cur_freq": "0\n"},
+    {f"{GPU_LINK}/current_link_width": "0\n", f"{GPU_LINK}/max_link_width": "0\n"},
+    {f"{GPU_LINK}/current_link_speed": "0 GT/s PCIe\n", f"{GPU_LINK}/max_link_speed": "0 GT/s PCIe\n"},
+    {"sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages": "0\n",
+     "sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages": "0\n"},
+    {"proc/sys/kernel/numa_balancing": "0\n"},
+], ids=lambda edits: "+".join(f"{path.rsplit('/', 2)[-2]}/{path.rsplit('/', 1)[-1]}" for path in edits))
+def test_a_zero_count_or_size_is_no_crash(seed: Path, edits: Dict[str, Any]) -> None:
+    for rel, edit in edits.items():
+        path = seed / rel
+        assert path.is_file(), rel  # the edit must change a file the seed box has
+        path.write_text(edit(path.read_text()) if callable(edit) else edit)
+    data = check_json(seed)
+    crashed = [(c["id"], c.get("reason")) for c in data["checks"] if c["status"] == "crashed"]  # type: ignore
+    assert crashed == []
+    text = run_cli(["check", "--root", str(seed), "-v"], env={"NO_COLOR": "1"})
+    assert text.exit_code == 1 and re.search(r"\bNone\b", text.stdout) is None, text.stdout
+
+
+def test_a_zero_kb_hugepage_folder_is_no_crash(seed: Path) -> None:
+    for base in ("sys/kernel/mm/hugepages", f"{NODE}/node0/hugepages", f"{NODE}/node1/hugepages"):
+        (seed / base / "hugepages-2048kB").rename(seed / base / "hugepages-0kB")
+    data = check_json(seed)
+    assert [c["id"] for c in data["checks"] if c["status"] == "crashed"] == []  # type: ignore

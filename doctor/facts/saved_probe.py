@@ -82,10 +82,11 @@ def stale_reason(result: ProbeResult, cpu_model: Optional[str], kernel: Optional
 
 def remote_reads(result: ProbeResult, node: int) -> Optional[Remote]:
     """Local versus remote read bandwidth of ``node``'s CPUs, and what binding would gain
-    (:func:`binding_gain`). None when the matrix lacks the cells."""
+    (:func:`binding_gain`). None when the matrix lacks the cells; a read of 0 GB/s (a figure
+    rounded to nothing, or a file edited by hand) is no measurement, and no ratio rests on it."""
     local = result.cell(node, node)
     remote = _remote_cells(result, node)
-    if local is None or local.read_gbps is None or not remote:
+    if local is None or not local.read_gbps or not remote:
         return None
     remote_gbps = sum(c.read_gbps or 0.0 for c in remote) / len(remote)
     nodes = len(result.cpu_nodes)
@@ -95,9 +96,10 @@ def remote_reads(result: ProbeResult, node: int) -> Optional[Remote]:
 
 
 def _remote_cells(result: ProbeResult, node: int) -> List[Cell]:
-    """``node``'s row over the other CPU nodes' memory; empty unless every one has a figure."""
+    """``node``'s row over the other CPU nodes' memory; empty unless every one has a figure
+    above 0 (their mean divides the local figure)."""
     others = [result.cell(node, n) for n in result.cpu_nodes if n != node]
-    remote = [c for c in others if c is not None and c.read_gbps is not None]
+    remote = [c for c in others if c is not None and c.read_gbps]
     return remote if len(remote) == len(others) else []
 
 
