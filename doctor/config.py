@@ -1,11 +1,14 @@
 """The engine's settings: --arena-style options over /etc/strata-doctor.yaml. An input, not a fact."""
 
+import os
 import re
-from typing import Callable, Dict, Mapping, NamedTuple, Optional
+import stat
+from typing import Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from strata_doctor.facts.parse import (
     parse_setting_size,
 )
+from strata_doctor.fileread import NONBLOCK, OPEN_FLAGS
 from strata_doctor.root import Root
 
 DEFAULT_CONFIG = "/etc/strata-doctor.yaml"
@@ -16,6 +19,10 @@ CONFIG_SOURCE = "/.strata-doctor/config-source"
 
 
 DEFAULT_UNIT = "strata.service"
+
+
+MAX_CONFIG_BYTES = 1 << 20
+"""A config is a few lines: a larger file is refused before YAML reads it (docs/config.md)."""
 
 
 DEFAULT_HEADROOM = 4 * 1024**3
@@ -103,6 +110,9 @@ def apply_settings(config: EngineConfig, values: Mapping[str, object], source: s
     for key, value in values.items():
         if value is None:
             continue
+        if isinstance(value, (list, dict, set, tuple)):
+            # Refused before str(): a YAML alias can make a short file a list of millions.
+            raise ConfigError(f"{source}: {key}: expected one value, got {_container(value)}")
         if isinstance(value, (str, int)) and not isinstance(value, bool) and len(str(value)) > MAX_SETTING:
             shown = str(value)
             raise ConfigError(f"{source}: {key}: {len(shown)} characters is too long for a "
@@ -114,6 +124,11 @@ def apply_settings(config: EngineConfig, values: Mapping[str, object], source: s
         except ValueError as exc:
             raise ConfigError(f"{source}: {key}: {exc}") from None
     return config._replace(**changes)  # type: ignore[arg-type]
+
+
+def _container(value: object) -> str:
+    """How an error names a value that holds others."""
+    return "a mapping" if isinstance(value, dict) else "a list"
 
 
 def _convert(key: str, value: object) -> Dict[str, object]:
@@ -194,20 +209,105 @@ def load_config(root: Root, path: Optional[str]) -> EngineConfig:
 def _load_config(root: Root, path: Optional[str]) -> EngineConfig:
     if path is not None:
         return parse_config(_parse_yaml(_read_named(path), path), path)
-    text = root.read(DEFAULT_CONFIG)
-    if text is None:
+    found = _read_default(root)
+    if found is None:
         return EngineConfig()
-    source = str(root.path(DEFAULT_CONFIG)) if not root.live else DEFAULT_CONFIG
+    source, text = found
     return parse_config(_parse_yaml(text, source), source)
 
 
 def _read_named(path: str) -> str:
-    """The config file the user named (a real path, not under the root)."""
+    """The config file the user named (a real path, not under the root): a regular file of at
+    most MAX_CONFIG_BYTES, opened without blocking (a FIFO would wait for a writer)."""
+    if path == "-":
+        raise ConfigError("--config -: standard input is not read; name a file (./- for a file named -)")
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
+        fd = os.open(path, OPEN_FLAGS | NONBLOCK)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        found = os.fstat(fd)
+        _small_regular((found.st_mode, found.st_size), path)
+        data = _read_bounded(fd)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:  # it grew since the fstat, or reports no size
+        raise ConfigError(_too_large(path))
+    return _decoded(data, path)
+
+
+def _read_default(root: Root) -> Optional[Tuple[str, str]]:
+    """(where it is shown, text) of /etc/strata-doctor.yaml under the root; None when there is
+    none. Its kind and size are asked before Root reads it (on the live host Root's open
+    would wait on a FIFO); under a captured root Root itself refuses what is not a file."""
+    source = str(root.path(DEFAULT_CONFIG)) if not root.live else DEFAULT_CONFIG
+    status = _default_status(root)
+    if status is not None and not stat.S_ISLNK(status[0]):  # a link is followed by the read
+        _small_regular(status, source)
+    data = root.read_bytes(DEFAULT_CONFIG)
+    if data is None:
+        why = root.reads.get(DEFAULT_CONFIG)
+        if why == "missing":
+            return None
+        raise ConfigError(f"{source}: cannot read: {why}")
+    if len(data) > MAX_CONFIG_BYTES:  # it grew since the stat
+        raise ConfigError(_too_large(source))
+    return source, _decoded(data, source)
+
+
+def _default_status(root: Root) -> Optional[Tuple[int, int]]:
+    """(mode, size) of the default config, its link followed on the live host only; None when
+    it cannot be seen (the read then says why)."""
+    if root.live:
+        try:
+            found = os.stat(DEFAULT_CONFIG)
+        except OSError:
+            return None
+        return found.st_mode, found.st_size
+    seen = root.stat(DEFAULT_CONFIG)
+    return (seen.mode, seen.size) if seen is not None else None
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _small_regular(status: Tuple[int, int], source: str) -> None:
+    """Refuse, naming the file, what is not a regular file (mode, size) of at most
+    MAX_CONFIG_BYTES."""
+    mode, size = status
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+        raise ConfigError(f"{source}: not a regular file ({kind})")
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(_too_large(source))
+
+
+def _too_large(source: str) -> str:
+    return f"{source}: larger than {MAX_CONFIG_BYTES >> 20} MiB, too large for a config"
+
+
+def _read_bounded(fd: int) -> bytes:
+    """At most MAX_CONFIG_BYTES + 1 bytes: one more than allowed tells a file that grew."""
+    chunks = []
+    left = MAX_CONFIG_BYTES + 1
+    while left > 0:
+        chunk = os.read(fd, left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _decoded(data: bytes, source: str) -> str:
+    """The file as UTF-8, strictly: a replaced byte would change a value unseen."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text (at offset {exc.start})") from None
 
 
 def _parse_yaml(text: str, source: str) -> object:
@@ -215,6 +315,8 @@ def _parse_yaml(text: str, source: str) -> object:
 
     try:
         return yaml.safe_load(text or "")
+    except RecursionError:  # "[[[[..." thousands deep: the parser recurses per level
+        raise ConfigError(f"{source}: nested too deeply for a config") from None
     except ValueError:  # an integer of more than 4300 digits: int() refuses it
         long = re.search(r"^\s*([^\s:#]+)\s*:[^\n]*?[0-9_]{4000}", text or "", re.M)
         key = f" {long[1]}:" if long else ""

@@ -1,0 +1,147 @@
+"""Bad configs, saved probe files and command lines: one clear line (or a fact), never a
+traceback or a hang."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from tests.conftest import run_cli, usage_error, write_tree
+
+# -- the config file ---------------------------------------------------------------------
+
+
+def _one_line_in_time(args: List[str], seconds: float = 60) -> str:
+    """The one line of a usage error, from the console script in its own process, which must
+    end within ``seconds`` (a FIFO or /dev/zero must not hold it)."""
+    result = subprocess.run([sys.executable, "-m", "strata_doctor", *args], capture_output=True,
+                            timeout=seconds, stdin=subprocess.DEVNULL)
+    err = result.stderr.decode(errors="replace")
+    assert result.returncode == 2 and not result.stdout, (result.returncode, result.stdout, err)
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("strata-doctor: error: "), err
+    return lines[0]
+
+
+def _config_error(host: Path, config: Path, *extra: str) -> str:
+    """The one line ``check --config FILE`` prints for a refused config."""
+    return usage_error(["check", "--root", str(host), "--config", str(config), *extra])
+
+
+def test_a_deeply_nested_config_is_one_line(two_node_host: Path, tmp_path: Path) -> None:
+    config = tmp_path / "deep.yaml"
+    config.write_text("[" * 100000)
+    line = _config_error(two_node_host, config)
+    assert line == f"strata-doctor: error: {config}: nested too deeply for a config"
+
+
+def test_a_nested_default_config_under_the_root_is_one_line(two_node_host: Path) -> None:
+    write_tree(two_node_host, {"/etc/strata-doctor.yaml": "arena: " + "{a: " * 5000 + "\n"})
+    line = usage_error(["check", "--root", str(two_node_host)])
+    assert line.endswith("etc/strata-doctor.yaml: nested too deeply for a config")
+
+
+def test_a_config_that_is_not_utf8_is_one_line(two_node_host: Path, tmp_path: Path) -> None:
+    config = tmp_path / "latin1.yaml"
+    config.write_bytes("unit: caf\xe9\n".encode("latin-1"))
+    line = _config_error(two_node_host, config)
+    assert line == f"strata-doctor: error: {config}: not UTF-8 text (at offset 9)"
+
+
+def test_a_default_config_that_is_not_utf8_is_refused_not_replaced(two_node_host: Path) -> None:
+    path = two_node_host / "etc/strata-doctor.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"unit: caf\xe9\n")
+    assert usage_error(["check", "--root", str(two_node_host)]).endswith(
+        f"{path}: not UTF-8 text (at offset 9)")
+
+
+def test_dev_zero_is_refused_at_once(two_node_host: Path) -> None:
+    line = _one_line_in_time(["check", "--root", str(two_node_host), "--config", "/dev/zero"])
+    assert line == "strata-doctor: error: /dev/zero: not a regular file (a character device)"
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(two_node_host: Path, tmp_path: Path) -> None:
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)
+    line = _one_line_in_time(["check", "--root", str(two_node_host), "--config", str(fifo)])
+    assert line.endswith(f"{fifo}: not a regular file (a FIFO)")
+
+
+def test_a_folder_is_refused(two_node_host: Path, tmp_path: Path) -> None:
+    assert _config_error(two_node_host, tmp_path).endswith(f"{tmp_path}: not a regular file (a folder)")
+
+
+def test_a_default_config_that_is_a_fifo_or_folder_is_refused(two_node_host: Path) -> None:
+    path = two_node_host / "etc/strata-doctor.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    assert _one_line_in_time(["check", "--root", str(two_node_host)]).endswith(
+        f"{path}: not a regular file (a FIFO)")
+    path.unlink()
+    path.mkdir()
+    assert usage_error(["check", "--root", str(two_node_host)]).endswith(
+        f"{path}: not a regular file (a folder)")
+
+
+@pytest.mark.parametrize("where", ["named", "default"])
+def test_a_huge_config_is_refused_by_its_size(two_node_host: Path, tmp_path: Path, where: str) -> None:
+    import time
+
+    path = tmp_path / "big.yaml" if where == "named" else two_node_host / "etc/strata-doctor.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("# a comment line to make it big\n" * (50 * 1024 * 1024 // 32) + "arena: 1GiB\n")
+    args = ["check", "--root", str(two_node_host)] + (["--config", str(path)] if where == "named" else [])
+    started = time.monotonic()
+    line = usage_error(args)
+    assert time.monotonic() - started < 10
+    assert line.endswith(f"{path}: larger than 1 MiB, too large for a config")
+
+
+def test_a_config_just_under_the_bound_is_read(two_node_host: Path, tmp_path: Path) -> None:
+    config = tmp_path / "ok.yaml"
+    config.write_text("#" * (1024 * 1024 - 20) + "\narena: 1GiB\n")
+    assert config.stat().st_size <= 1024 * 1024
+    result = run_cli(["check", "--root", str(two_node_host), "--config", str(config)])
+    assert result.exit_code in (0, 1), result.stderr
+
+
+def test_config_from_standard_input_is_refused(two_node_host: Path) -> None:
+    line = usage_error(["check", "--root", str(two_node_host), "--config", "-"])
+    assert line.endswith("--config -: standard input is not read; name a file (./- for a file named -)")
+
+
+@pytest.mark.parametrize("yaml_text, says", [
+    ("arena: {size: 1GiB}\n", "arena: expected one value, got a mapping"),
+    ("workers: [1, 2]\n", "workers: expected one value, got a list"),
+    ("unit: [*nowhere]\n", "line 1 not valid YAML"),
+])
+def test_a_setting_that_is_not_one_value_is_one_line(two_node_host: Path, tmp_path: Path, yaml_text: str,
+                                                     says: str) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml_text)
+    assert _config_error(two_node_host, config).endswith(f"{config}: {says}")
+
+
+def test_an_alias_bomb_in_a_setting_is_refused_before_it_is_expanded(two_node_host: Path,
+                                                                     tmp_path: Path) -> None:
+    # 9^8 (43 million) references to one small list: printing it would take minutes and GiBs.
+    levels = ["&a0 [1, 2, 3, 4, 5, 6, 7, 8, 9]"]
+    levels += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    config = tmp_path / "bomb.yaml"
+    config.write_text("arena: [" + ", ".join(levels) + "]\n")
+    line = _one_line_in_time(["check", "--root", str(two_node_host), "--config", str(config)])
+    assert line.endswith(f"{config}: arena: expected one value, got a list")
+
+
+def test_a_good_config_file_still_works(two_node_host: Path, tmp_path: Path) -> None:
+    config = tmp_path / "good.yaml"
+    config.write_text("arena: 10GiB\nkv: 1GiB\nlock: true\n")
+    result = run_cli(["check", "--root", str(two_node_host), "--config", str(config), "--format", "json"])
+    assert result.exit_code in (0, 1), result.stderr
+
