@@ -6,6 +6,7 @@ from typing import Iterator, List, Optional
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
+from strata_doctor.facts.cgroup import parse_systemd_bytes
 from strata_doctor.facts.oomd_dump import Watched
 from strata_doctor.facts.parse import format_bytes
 from strata_doctor.fix.limits import swap_fix
@@ -76,7 +77,7 @@ class Swap(Check):
             return "off"
         if limits.swap_max is not None and limits.swap_max.value == 0:
             return "swap-max-0"
-        if setting is not None and setting[0].strip() in ("0", "0B", "0K", "0M", "0G"):
+        if setting is not None and _is_zero(setting[0], ctx.meminfo.get("MemTotal")):
             return "configured"
         if pinned and limits.locked >= pinned:
             return "locked"
@@ -145,3 +146,10 @@ class Swap(Check):
                                           "or lock the arena (`lock: true`, LimitMEMLOCK=infinity)."),),
                        takes_effect="reboot")
         return swap_fix(ctx.config.unit)
+
+
+def _is_zero(value: str, mem_total: Optional[int]) -> bool:
+    """Whether a ``MemorySwapMax=`` value is no swap at all: systemd reads ``0``, ``0T``,
+    ``0.0G`` and ``0%`` alike, so the size is parsed, not spelled."""
+    parsed = parse_systemd_bytes(value, mem_total)
+    return parsed is not None and parsed[0] == 0

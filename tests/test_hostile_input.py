@@ -326,3 +326,31 @@ def test_a_zero_kb_hugepage_folder_is_no_crash(seed: Path) -> None:
         (seed / base / "hugepages-2048kB").rename(seed / base / "hugepages-0kB")
     data = check_json(seed)
     assert [c["id"] for c in data["checks"] if c["status"] == "crashed"] == []  # type: ignore
+
+
+# -- MemorySwapMax= in any of systemd's spellings of zero ------------------------------------
+@pytest.mark.parametrize("value", ["0", "0B", "0K", "0G", "0T", "0P", "0E", "0.0G", "0%", " 0T "])
+def test_memory_swap_max_zero_with_any_suffix_is_configured(tmp_path: Path, value: str) -> None:
+    """systemd reads each of these as no swap at all; the running cgroup still allows it."""
+    from strata_doctor.checks.swap import Swap
+    from tests.test_limits import CG, _host, _run
+
+    root = _host(tmp_path, {
+        f"{CG}/memory.max": "max\n", f"{CG}/memory.swap.max": "max\n",
+        "/etc/systemd/system/strata.service":
+            f"[Service]\nExecStart=/opt/strata/run\nMemorySwapMax={value}\n",
+    })
+    found = _run(Swap(), root)
+    assert [f.id for f in found] == ["configured"], [f.summary for f in found]
+    assert f"MemorySwapMax={value.strip()} in /etc/systemd/system/strata.service" in found[0].summary
+
+
+def test_memory_swap_max_above_zero_is_still_swappable(tmp_path: Path) -> None:
+    from strata_doctor.checks.swap import Swap
+    from tests.test_limits import CG, _host, _run
+
+    root = _host(tmp_path, {
+        f"{CG}/memory.max": "max\n", f"{CG}/memory.swap.max": "max\n",
+        "/etc/systemd/system/strata.service": "[Service]\nExecStart=/opt/strata/run\nMemorySwapMax=0.5K\n",
+    })
+    assert [f.id for f in _run(Swap(), root)] == ["swappable"]

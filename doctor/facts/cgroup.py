@@ -44,7 +44,7 @@ V1_UNLIMITED = 0x7FFFFFFFFFFFF000
 SYSTEM_CONF = ("/etc/systemd/system.conf", "/etc/systemd/system.conf.d",
                "/run/systemd/system.conf.d", "/usr/lib/systemd/system.conf.d")
 _LIMIT_LINE = re.compile(r"^Max locked memory\s+(\S+)\s+(\S+)\s+(\S+)", re.MULTILINE)
-_SYSTEMD_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([KMGTPE]?)")
+_SYSTEMD_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([KMGTPEB]?)")  # B: bytes, as systemd reads it
 UNIT_KEYS = ("MemoryMax", "MemoryHigh", "MemorySwapMax", "AllowedMemoryNodes", "AllowedCPUs",
              "LimitMEMLOCK")
 
@@ -171,7 +171,7 @@ def parse_systemd_bytes(text: str, mem_total: Optional[int]) -> Optional[Tuple[O
     match = _SYSTEMD_SIZE.fullmatch(text)
     if not match or len(text) > 30:
         return None
-    scale = 1024 ** "KMGTPE".find(match.group(2)) * 1024 if match.group(2) else 1
+    scale = 1024 ** "KMGTPE".find(match.group(2)) * 1024 if match.group(2) not in ("", "B") else 1
     return (int(float(match.group(1)) * scale),)
 
 
