@@ -3,15 +3,19 @@ traceback or a hang."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import Any, Dict, List
 
 import pytest
 
 from tests.conftest import run_cli, usage_error, write_tree
+from tests.test_probe_check import check_text, save, seed_probe, seed_tree
+
+__all__ = ["seed_tree"]  # the fixture, imported to be used here
 
 # -- the config file ---------------------------------------------------------------------
 
@@ -145,3 +149,58 @@ def test_a_good_config_file_still_works(two_node_host: Path, tmp_path: Path) -> 
     result = run_cli(["check", "--root", str(two_node_host), "--config", str(config), "--format", "json"])
     assert result.exit_code in (0, 1), result.stderr
 
+
+
+# -- the saved probe result --------------------------------------------------------------
+
+
+def _cell_changes(**row: Any) -> Dict[str, Any]:
+    """The seed probe with its first matrix row changed."""
+    data = seed_probe()
+    data["matrix"][0].update(row)
+    return data
+
+
+@pytest.mark.parametrize("document, why", [
+    (_cell_changes(read_gbps=float("inf")), "matrix[0].read_gbps is not a number >= 0"),
+    (_cell_changes(latency_ns=10 ** 400), "matrix[0].latency_ns is not a number >= 0"),
+    (seed_probe(seconds=float("inf")), "seconds is not a number"),
+    (seed_probe(gpu={"status": "measured", "reason": "GPU 0", "copies": [
+        {"cpu_node": 1e999, "h2d_gbps": 20.0, "placed_fraction": 1.0}]}),
+     "gpu.copies[0].cpu_node is not an integer"),
+    (seed_probe(gpu={"status": "measured", "reason": "GPU 0", "copies": "abc"}),
+     "gpu.copies is not a list"),
+    (seed_probe(llc_bytes=True), "llc_bytes is not an integer or null"),
+    (seed_probe(notes="abc"), "notes is not a list of strings"),
+    (seed_probe(notes=["fine", 7]), "notes is not a list of strings"),
+    (seed_probe(cpu_model=["a", "list"]), "cpu_model is not a string"),
+    ("[" * 100000, "nested too deeply"),
+    (json.dumps(seed_probe()).replace('"seconds": 10.0', '"seconds": 1e999'), "seconds is not a number"),
+    (seed_probe(matrix=[{"cpu_node": n, "mem_node": n, "read_gbps": 1.0, "latency_ns": 1.0,
+                         "placed_fraction": 1.0, "threads": 1} for n in range(5000)]),
+     "matrix has 5000 cells, more than 4096"),
+    (seed_probe(matrix=[{"cpu_node": n, "mem_node": 4000 - n, "read_gbps": 1.0, "latency_ns": 1.0,
+                         "placed_fraction": 1.0, "threads": 1} for n in range(100)]),
+     "matrix spans 100 CPU nodes x 100 memory nodes, more than 4096 cells"),
+])
+def test_a_bad_saved_probe_is_unused_with_its_reason(seed_tree: Path, document: Any, why: str) -> None:
+    text = document if isinstance(document, str) else json.dumps(document, allow_nan=True)
+    save(seed_tree, text)
+    result = run_cli(["check", "--root", str(seed_tree), "-v", "numa-binding"], env={"NO_COLOR": "1"})
+    assert result.exit_code == 1, result.stderr
+    said = " ".join(result.stdout.split())
+    assert f"is not used: it is not a probe result: {why}; the ratio is the firmware's." in said, said
+    report = run_cli(["report", "--root", str(seed_tree), "--format", "json"])
+    assert report.exit_code == 0, report.stderr
+
+
+def test_a_huge_saved_probe_is_unused_by_its_size(seed_tree: Path) -> None:
+    data = seed_probe(created="x" * (5 << 20))
+    save(seed_tree, data)
+    said = " ".join(check_text(seed_tree).split())
+    assert "is not used: it is larger than 4 MiB; the ratio is the firmware's." in said
+
+
+def test_a_good_saved_probe_still_counts(seed_tree: Path) -> None:
+    save(seed_tree, seed_probe(llc_bytes=None, notes=["a note"]))
+    assert "remote reads 2.5x slower (24.4 vs 61.0 GB/s, measured)" in check_text(seed_tree)

@@ -7,11 +7,15 @@ here, so reading it never loads the measuring code.
 """
 
 import json
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+import math
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 SCHEMA = "strata-doctor/probe/1"
 UNVERIFIED_BELOW = 0.99
 """A cell whose placed fraction is below this is marked unverified."""
+MAX_CELLS = 4096
+"""The most cells a saved matrix may hold or span (64 x 64 nodes): every reader looks cells
+up by pair, so a hand-made matrix of 100 x 100 nodes would cost minutes, not a finding."""
 
 
 class Cell(NamedTuple):
@@ -148,7 +152,7 @@ def from_json(text: str) -> ProbeResult:
     cells = _cells(data.get("matrix"))
     found = data.get("gpu")
     gpu: Dict[str, Any] = found if isinstance(found, dict) else {}
-    copies = tuple(_copy(g) for g in gpu.get("copies") or () if _is_copy(g))
+    copies = _copies(gpu.get("copies"))
     return ProbeResult(
         cells=cells,
         size_bytes=_int(data, "size_bytes"),
@@ -172,6 +176,8 @@ def _document(text: str) -> Dict[str, Any]:
         data = json.loads(text)
     except ValueError as exc:
         raise ValueError(f"not JSON ({exc})") from None
+    except RecursionError:  # "[[[[..." thousands deep: the decoder recurses per level
+        raise ValueError("nested too deeply") from None
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     if data.get("schema") != SCHEMA:
@@ -183,7 +189,13 @@ def _cells(rows: Any) -> Tuple[Cell, ...]:
     """The matrix's cells, in order; ValueError names the first bad one."""
     if not isinstance(rows, list) or not rows:
         raise ValueError("no matrix")
-    return tuple(_cell(row, i) for i, row in enumerate(rows))
+    if len(rows) > MAX_CELLS:
+        raise ValueError(f"matrix has {len(rows)} cells, more than {MAX_CELLS}")
+    cells = tuple(_cell(row, i) for i, row in enumerate(rows))
+    cpus, mems = len({c.cpu_node for c in cells}), len({c.mem_node for c in cells})
+    if cpus * mems > MAX_CELLS:
+        raise ValueError(f"matrix spans {cpus} CPU nodes x {mems} memory nodes, more than {MAX_CELLS} cells")
+    return cells
 
 
 def _cell(row: Any, index: int) -> Cell:
@@ -202,7 +214,8 @@ def _cell(row: Any, index: int) -> Cell:
 
 
 def _figure(row: Dict[str, Any], key: str, index: int) -> Optional[float]:
-    """A measured figure of a row: None when absent; ValueError unless a number >= 0."""
+    """A measured figure of a row: None when absent; ValueError unless a finite number >= 0
+    (a read of 0 is kept: saved_probe.remote_reads takes it for no measurement)."""
     value = row.get(key)
     number = _optional_float(value)
     if value is not None and (number is None or number < 0):
@@ -210,30 +223,49 @@ def _figure(row: Dict[str, Any], key: str, index: int) -> Optional[float]:
     return number
 
 
-def _is_copy(entry: Any) -> bool:
-    """A GPU copy entry with the figures it needs; others are left out."""
-    return isinstance(entry, dict) and _numbers(entry, ("cpu_node", "h2d_gbps"))
+def _copies(entries: Any) -> Tuple[GpuCopy, ...]:
+    """The GPU copy entries (absent: none); ValueError names the first bad one. An entry
+    without its bandwidth is left out, as the probe writes none such."""
+    if entries is None:
+        return ()
+    if not isinstance(entries, list):
+        raise ValueError("gpu.copies is not a list")
+    return tuple(_copy(entry, i) for i, entry in enumerate(entries)
+                 if isinstance(entry, dict) and entry.get("h2d_gbps") is not None)
 
 
-def _copy(entry: Dict[str, Any]) -> GpuCopy:
-    """A GPU copy entry that :func:`_is_copy` accepted."""
-    return GpuCopy(int(entry["cpu_node"]), float(entry["h2d_gbps"]),
+def _copy(entry: Dict[str, Any], index: int) -> GpuCopy:
+    """One GPU copy entry: an integer node and a finite bandwidth."""
+    if not _is_int(entry.get("cpu_node")):
+        raise ValueError(f"gpu.copies[{index}].cpu_node is not an integer")
+    if not _is_number(entry["h2d_gbps"]):
+        raise ValueError(f"gpu.copies[{index}].h2d_gbps is not a number")
+    return GpuCopy(entry["cpu_node"], float(entry["h2d_gbps"]),
                    _optional_float(entry.get("placed_fraction")) or 0.0)
 
 
 def _text(data: Dict[str, Any], key: str, default: str = "") -> str:
-    """A field as text; ``default`` when absent or empty."""
-    return str(data.get(key) or default)
+    """A string field; ``default`` when absent or empty; ValueError when not a string."""
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{key} is not a string")
+    return value or default
 
 
 def _llc(value: Any) -> Optional[int]:
-    """The cache size when it is an integer."""
-    return value if isinstance(value, int) else None
+    """The cache size: an integer or null (``true`` is no size, though Python counts it one)."""
+    if value is not None and not _is_int(value):
+        raise ValueError("llc_bytes is not an integer or null")
+    return None if value is None else int(value)
 
 
 def _strings(values: Any) -> Tuple[str, ...]:
-    """The strings among ``values`` (absent: none)."""
-    return tuple(str(n) for n in values or () if isinstance(n, str))
+    """The notes: a list of strings (absent: none); a lone string would read as its letters."""
+    if values is None:
+        return ()
+    if not isinstance(values, list) or not all(isinstance(n, str) for n in values):
+        raise ValueError("notes is not a list of strings")
+    return tuple(values)
 
 
 def _is_int(value: Any) -> bool:
@@ -241,11 +273,13 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-
-
-def _numbers(data: Dict[str, Any], keys: Sequence[str]) -> bool:
-    return all(_is_number(data.get(k)) for k in keys)
+    """A finite number: JSON's ``Infinity``, ``NaN`` and ``1e999`` are no measurement."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an integer of 400 digits is no float either
+        return False
 
 
 def _number(data: Dict[str, Any], key: str) -> float:

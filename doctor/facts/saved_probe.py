@@ -6,12 +6,15 @@ readable, a probe result, from this CPU and kernel?), says what its matrix means
 binding, and prints it as Intel MLC does. The method and its limits are in docs/probe.md.
 """
 
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from strata_doctor.facts.probe_result import UNVERIFIED_BELOW, Cell, GpuCopy, ProbeResult, from_json
 
 SAVED_PATH = "/var/lib/strata-doctor/probe.json"
 """Where ``probe --save`` writes, under the root; where ``check`` looks."""
+MAX_SAVED_BYTES = 4 << 20
+"""A saved result of 64 x 64 nodes is about 1 MiB; a larger file is no probe result, and is
+not parsed."""
 MEMORY_BOUND_LOW = 0.5
 """The low end of the gain estimate assumes half of the pool's time is memory reads."""
 
@@ -64,6 +67,8 @@ def read_saved(text: Optional[str], why_unread: Optional[str], cpu_model: Option
         if why_unread in (None, "missing"):
             return None
         return SavedProbe(SAVED_PATH, None, f"it could not be read ({why_unread})")
+    if len(text) > MAX_SAVED_BYTES:
+        return SavedProbe(SAVED_PATH, None, f"it is larger than {MAX_SAVED_BYTES >> 20} MiB")
     try:
         result = from_json(text)
     except (ValueError, TypeError, KeyError) as exc:
@@ -98,9 +103,19 @@ def remote_reads(result: ProbeResult, node: int) -> Optional[Remote]:
 def _remote_cells(result: ProbeResult, node: int) -> List[Cell]:
     """``node``'s row over the other CPU nodes' memory; empty unless every one has a figure
     above 0 (their mean divides the local figure)."""
-    others = [result.cell(node, n) for n in result.cpu_nodes if n != node]
+    cells = by_pair(result)  # one look-up per node, not a scan of the matrix
+    others = [cells.get((node, n)) for n in result.cpu_nodes if n != node]
     remote = [c for c in others if c is not None and c.read_gbps]
     return remote if len(remote) == len(others) else []
+
+
+def by_pair(result: ProbeResult) -> Dict[Tuple[int, int], Cell]:
+    """The cells by (CPU node, memory node); the first of a pair given twice, as
+    :meth:`ProbeResult.cell` finds it."""
+    cells: Dict[Tuple[int, int], Cell] = {}
+    for cell in result.cells:
+        cells.setdefault((cell.cpu_node, cell.mem_node), cell)
+    return cells
 
 
 def binding_gain(ratio: float, nodes: int) -> Tuple[float, float]:
@@ -176,11 +191,12 @@ def _copy_line(copy: GpuCopy) -> str:
 def _matrix(result: ProbeResult, rows: Sequence[int], cols: Sequence[int], value: Any,
             spec: str) -> List[str]:
     width = 10
+    cells = by_pair(result)  # rows x columns look-ups: a scan each would be quadratic
     out = ["CPU node " + "".join(f"{'mem ' + str(m):>{width}}" for m in cols)]
     for r in rows:
         text = f"{r:>8} "
         for m in cols:
-            cell = result.cell(r, m)
+            cell = cells.get((r, m))
             figure = value(cell) if cell else None
             shown = "-" if figure is None else spec.format(figure)
             if cell is not None and not cell.verified and figure is not None:
