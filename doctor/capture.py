@@ -124,20 +124,20 @@ def captured_status(text: Optional[str]) -> int:
 
 def captured_stats(text: Optional[str]) -> Iterator[Tuple[str, FileStat]]:
     """(host path, its size, owner and mode) of each row of ``stat.json``, in the file's
-    order; a row that is not three integers is left out, and a file that is not a JSON
-    object gives none."""
+    order; a row that is not three JSON integers (``1e400``, ``1.5``, ``"12"``, ``true``)
+    is left out, as not recorded, and a file that is not a JSON object gives none."""
     import json  # here: only a captured root that stats a file reads stat.json
 
     try:
         rows = json.loads(text) if text else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: brackets nested too deeply to parse
         rows = {}
     for path, row in (rows.items() if isinstance(rows, dict) else ()):
-        try:
-            found = FileStat(int(row["size"]), int(row["uid"]), int(row["mode"]))
-        except (KeyError, TypeError, ValueError):
-            continue
-        yield path, found
+        fields = row if isinstance(row, dict) else {}
+        values = [value for value in (fields.get(key) for key in ("size", "uid", "mode"))
+                  if type(value) is int]  # not a bool, a float (1e400) or a string
+        if len(values) == 3:
+            yield path, FileStat(values[0], values[1], values[2])
 
 
 __all__ = [
