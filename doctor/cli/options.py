@@ -174,15 +174,18 @@ def _unpack_bundle(path: str) -> str:
     import zlib
 
     from strata_doctor.output.bundle import TOP
-    from strata_doctor.output.bundle_replay import unpack  # tarfile and gzip only when replaying a bundle
+    from strata_doctor.output.bundle_replay import release, unpack  # tarfile and gzip only when replaying
 
     if not os.path.lexists(path):
         raise UsageFailure(f"--bundle {path}: no such file")
     if os.path.isdir(path):
         raise UsageFailure(f"--bundle {path}: a folder, not a bundle file; replay an unpacked bundle "
                            f"with --root {os.path.join(path, TOP)}")
+    context = click.get_current_context(silent=True)
+    if context is not None:  # the folder lives as long as the command, refused or not
+        context.call_on_close(release)
     try:
-        return str(unpack(path))
+        return str(unpack(path, on_signal=True))  # SIGTERM and SIGINT remove it too
     except EOFError:  # click would print "Aborted!" for it (docs/report.md: one line, exit 2)
         raise UsageFailure(f"{path}: not a strata-doctor bundle: it is cut short "
                            "(the compressed data ends early)") from None
