@@ -114,6 +114,19 @@ def test_links_stay_links_and_only_read_files_are_kept(tmp_path: Path) -> None:
     assert all(m.mtime == 0 and m.uid == m.gid == 0 and not m.uname for m in found.values())
 
 
+@pytest.mark.parametrize(("recorded", "bundled"), [
+    ("/a/../b", "/b"), ("/a/x/../../b", "/b"), ("/../b", "/b"), ("/a/..", "/"), ("/a/./x/../b", "/a/b"),
+])
+def test_a_recorded_path_with_dots_is_bundled_under_its_plain_name(tmp_path: Path, recorded: str,
+                                                                   bundled: str) -> None:
+    """``..`` back to the root gives ``/b``, never ``//b`` (a member name with an empty part)."""
+    from strata_doctor.output.bundle import _Builder
+    from strata_doctor.root import Root
+
+    root = write_tree(tmp_path / "h", {"/a/x/f": "1\n", "/b": "2\n"})
+    assert _Builder(Root(root)).resolve(recorded, follow_last=False) == bundled
+
+
 def test_bundles_are_byte_for_byte_deterministic(tmp_path: Path) -> None:
     root = write_tree(tmp_path / "h", planted_files())
     first = make_bundle(root, tmp_path / "a.tar.gz").read_bytes()

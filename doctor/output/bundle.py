@@ -230,7 +230,8 @@ class _Builder:
         while parts:
             name = parts.pop(0)
             if name in (".", ".."):
-                done = posixpath.dirname(done) if name == ".." else done
+                # '..' back to the root leaves "" (the root), not "/", so the next name is "/b"
+                done = posixpath.dirname(done).rstrip("/") if name == ".." else done
                 continue
             candidate = f"{done}/{name}"
             if not ((parts or follow_last) and self.root.path(candidate).is_symlink()):
