@@ -10,7 +10,7 @@ import socket
 import stat
 import tarfile
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, Dict, List
 
 import pytest
 
@@ -91,13 +91,84 @@ def test_refused_paths_are_left_alone(two_node_host: Path, tmp_path: Path, write
 
 
 @pytest.mark.parametrize("writer", sorted(WRITERS))
-def test_a_device_is_refused(two_node_host: Path, tmp_path: Path, writer: str) -> None:
-    result = run_cli(command(writer, two_node_host, "/dev/null", tmp_path / "report.md"))
+@pytest.mark.parametrize("device", ["/dev/full", "/dev/zero"])
+def test_a_device_is_refused(two_node_host: Path, tmp_path: Path, writer: str, device: str) -> None:
+    if not os.path.exists(device):
+        pytest.skip(f"{device} is missing")
+    result = run_cli(command(writer, two_node_host, device, tmp_path / "report.md"))
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
-        f"strata-doctor: error: {WRITERS[writer][1]} /dev/null: is a character device, "
+        f"strata-doctor: error: {WRITERS[writer][1]} {device}: is a character device, "
         "not a regular file; refusing to replace it"]
-    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert stat.S_ISCHR(os.stat(device).st_mode)
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_dev_null_takes_any_output(two_node_host: Path, tmp_path: Path, writer: str) -> None:
+    """Writing to /dev/null writes nothing and succeeds, as everywhere else."""
+    before = os.stat(os.devnull)
+    result = run_cli(command(writer, two_node_host, os.devnull, tmp_path / "report.md"))
+    assert result.exit_code in ((0, 1) if writer == "check --output" else (0,)), result.output
+    after = os.lstat(os.devnull)
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
+    assert not [p for p in Path("/dev").iterdir() if p.name.startswith(".strata-doctor.")]
+
+
+def test_dev_null_for_both_report_outputs(two_node_host: Path) -> None:
+    result = run_cli(["report", "--root", str(two_node_host), "--bundle", os.devnull, "--output", os.devnull])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert stat.S_ISCHR(os.lstat(os.devnull).st_mode)
+
+
+def test_write_bytes_to_dev_null_writes_nothing() -> None:
+    assert write_bytes(os.devnull, b"data") == 4
+    assert stat.S_ISCHR(os.lstat(os.devnull).st_mode)
+
+
+def _spellings(tmp_path: Path) -> Dict[str, str]:
+    """Other names of ``tmp_path/out/r``, which each test below gives to --bundle."""
+    (tmp_path / "alias").symlink_to("out")
+    return {
+        "the same": str(tmp_path / "out" / "r"),
+        "with /./": f"{tmp_path}/out/./r",
+        "with /../": f"{tmp_path}/out/../out/r",
+        "relative": "out/r",
+        "through a linked folder": str(tmp_path / "alias" / "r"),
+    }
+
+
+SPELLINGS = ["the same", "with /./", "with /../", "relative", "through a linked folder"]
+
+
+@pytest.mark.parametrize(("spelling", "exists"), [
+    *((name, False) for name in SPELLINGS), *((name, True) for name in SPELLINGS), ("a hard link", True),
+])
+def test_report_refuses_one_file_for_report_and_bundle(two_node_host: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       spelling: str, exists: bool) -> None:
+    monkeypatch.chdir(tmp_path)
+    bundle = tmp_path / "out" / "r"
+    bundle.parent.mkdir()
+    names = _spellings(tmp_path)
+    if spelling == "a hard link":  # of an existing file
+        names[spelling] = str(tmp_path / "out" / "r2")
+    if exists:
+        bundle.write_text("kept\n")
+        if spelling == "a hard link":
+            os.link(bundle, names[spelling])
+    output = names[spelling]
+    result = run_cli(["report", "--root", str(two_node_host), "--bundle", str(bundle), "--output", output])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        f"strata-doctor: error: --output {output}: is the file --bundle names ({bundle}); "
+        "give each its own file"]
+    if exists:
+        assert bundle.read_text() == "kept\n"
+    else:
+        assert not bundle.exists()
+    assert sorted(p.name for p in bundle.parent.iterdir()) == (
+        ["r", "r2"] if spelling == "a hard link" else ["r"] if exists else [])
 
 
 @pytest.mark.parametrize("writer", sorted(WRITERS))

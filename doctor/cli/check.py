@@ -30,8 +30,8 @@ if TYPE_CHECKING:
               show_default=True, help="prometheus: node_exporter textfile; nfd: node-feature-discovery.")
 @click.option("--output", metavar="FILE",
               help="With prometheus or nfd: write FILE atomically ('-': standard output). FILE must "
-                   "be a regular file or absent: folders, FIFOs, devices, sockets and symbolic links "
-                   "are refused.")
+                   "be a regular file, absent or /dev/null: folders, FIFOs, other devices, sockets "
+                   "and symbolic links are refused.")
 @click.option("--ignore", multiple=True, metavar="ID",
               help="Downgrade this check's (or CHECK/FINDING's) findings to info; repeatable.")
 @click.option("--fail-on", type=FAIL_ON, default="error", show_default=True,

@@ -44,12 +44,13 @@ def report_host_options(func: F) -> F:
               show_default=True, help="Markdown for an issue tracker, or the same as JSON.")
 @click.option("-o", "--output", metavar="FILE",
               help="Write the report to FILE instead of standard output ('-': standard output). "
-                   "FILE must be a regular file or absent: folders, FIFOs, devices, sockets and "
-                   "symbolic links are refused.")
+                   "FILE must be a regular file, absent or /dev/null: folders, FIFOs, other "
+                   "devices, sockets and symbolic links are refused.")
 @click.option("--bundle", "bundle_out", metavar="FILE.tar.gz",
               help="Also write a replayable bundle of everything the checks read "
                    "(replay with: strata-doctor check --bundle FILE.tar.gz); '-' writes it to "
-                   "standard output, with the report in --output FILE. Same rules as --output.")
+                   "standard output, with the report in --output FILE. Same rules as --output, "
+                   "and not the same file.")
 @click.option("--no-redact", is_flag=True,
               help="Keep host names, addresses, users and serials (the report says so at the top).")
 @click.option("--ignore", multiple=True, metavar="ID",
@@ -90,7 +91,7 @@ def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], n
 
 def _check_outputs(output: Optional[str], bundle_out: Optional[str]) -> None:
     """Refuse output paths before any work (docs/report.md#output-paths)."""
-    from strata_doctor.output.files import OutputError, check_path, is_stdout, stdout_is_terminal
+    from strata_doctor.output.files import OutputError, check_path, is_stdout, same_file, stdout_is_terminal
 
     for option, path in (("--output", output), ("--bundle", bundle_out)):
         if path is None:
@@ -99,6 +100,10 @@ def _check_outputs(output: Optional[str], bundle_out: Optional[str]) -> None:
             check_path(path)
         except OutputError as exc:
             raise UsageFailure(f"{option} {exc}") from None
+    if output is not None and bundle_out is not None and same_file(output, bundle_out):
+        # The bundle is written first: the report would then replace it.
+        raise UsageFailure(f"--output {output}: is the file --bundle names ({bundle_out}); "
+                           "give each its own file")
     if is_stdout(bundle_out):
         if output is None or is_stdout(output):
             raise UsageFailure("--bundle - writes the bundle to standard output: "

@@ -8,7 +8,8 @@
   (a temporary file in the same folder, then a rename), so no reader sees half a file.
 - An existing path that is not a regular file (a folder, a FIFO, a socket, a device) is
   refused: the doctor runs as root, and replacing ``/dev/full`` or a FIFO someone reads
-  from with a regular file breaks the host.
+  from with a regular file breaks the host. The null device (``/dev/null``) is the one
+  exception: it takes any output, nothing is written and the command succeeds.
 - A symbolic link is refused too, even one to a regular file: in a shared folder such as
   /tmp, a link would let another user choose the file that root replaces. Name the target
   itself.
@@ -67,16 +68,50 @@ def check_path(path: str) -> None:
         except OSError:
             target = "?"
         raise OutputError(f"{path}: is a symbolic link (to {target}); name the file itself")
-    if stat.S_ISREG(info.st_mode):
+    if stat.S_ISREG(info.st_mode) or _null_device(info):
         return
     kind = next((name for test, name in KINDS if test(info.st_mode)), "not a regular file")
     raise OutputError(f"{path}: is {kind}, not a regular file; refusing to replace it")
 
 
+def is_null(path: Optional[str]) -> bool:
+    """``path`` is the null device (``/dev/null``, or another name of the same device)."""
+    if not path or is_stdout(path):
+        return False
+    try:
+        return _null_device(os.lstat(path))
+    except OSError:
+        return False
+
+
+def _null_device(info: os.stat_result) -> bool:
+    try:
+        null = os.stat(os.devnull)
+    except OSError:  # a container without /dev/null: nothing is the null device
+        return False
+    return stat.S_ISCHR(info.st_mode) and stat.S_ISCHR(null.st_mode) and info.st_rdev == null.st_rdev
+
+
+def same_file(first: str, second: str) -> bool:
+    """Two output paths name one file: the same path however spelled (``./``, ``../``, a
+    linked folder) or, when both exist, one file under two names (a hard link). Standard
+    output and the null device take any number of outputs."""
+    if any(is_stdout(p) or is_null(p) for p in (first, second)):
+        return False
+    if os.path.realpath(first) == os.path.realpath(second):
+        return True
+    try:
+        one, other = os.stat(first), os.stat(second)
+    except OSError:  # one does not exist yet: then realpath has said it
+        return False
+    return (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
+
+
 def write_bytes(path: str, data: bytes, mode: Optional[int] = None) -> int:
     """Write ``data`` to ``path`` under the rule and return how many bytes were written.
 
-    ``-`` writes to standard output. Otherwise the file is replaced atomically; it gets
+    ``-`` writes to standard output; the null device takes the data and keeps nothing.
+    Otherwise the file is replaced atomically; it gets
     ``mode`` when given, else the mode of the file it replaces, else what ``open`` would
     give (0666 less the umask).
 
@@ -91,6 +126,8 @@ def write_bytes(path: str, data: bytes, mode: Optional[int] = None) -> int:
     check_path(path)
     if is_stdout(path):
         return _write_stdout(data)
+    if is_null(path):
+        return len(data)  # written to nowhere, as the null device would; never replaced
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".strata-doctor.", suffix=".tmp", dir=directory)
