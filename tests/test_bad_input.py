@@ -204,3 +204,79 @@ def test_a_huge_saved_probe_is_unused_by_its_size(seed_tree: Path) -> None:
 def test_a_good_saved_probe_still_counts(seed_tree: Path) -> None:
     save(seed_tree, seed_probe(llc_bytes=None, notes=["a note"]))
     assert "remote reads 2.5x slower (24.4 vs 61.0 GB/s, measured)" in check_text(seed_tree)
+
+
+# -- the command line --------------------------------------------------------------------
+
+HOST_COMMANDS = ["check", "fix", "report", "map", "numa-plan"]
+"""The commands that open a host (--root, --config, --arena...)."""
+
+
+def _bad_forms(command: str) -> List[List[str]]:
+    """Common ways to get ``command``'s command line wrong."""
+    forms = [["--no-such-option"], ["--format"], ["--format", "nope"], ["--format=nope"], ["-Z"]]
+    if command != "check":  # check's arguments are check ids: a wrong one is its own line
+        forms.append(["extra-argument"])
+    if command in HOST_COMMANDS:
+        forms += [["--root"], ["--arena"], ["--config"], ["--unit"]]
+    if command in ("check", "report"):
+        forms += [["--fail-on", "nonsense"], ["--fail-on"], ["--ignore"]]
+    if command in ("fix", "numa-plan"):
+        forms += [["--numa", "x"], ["--numa"]]
+    if command == "fix":
+        forms += [["--only"], ["--skip"], ["--apply=yes"]]
+    if command == "probe":
+        forms += [["--seconds", "x"], ["--threads", "x"], ["--threads", "1.5"], ["--size", "x"],
+                  ["--size"], ["--seconds"]]
+    return forms
+
+
+CASES = [(command, form) for command in [*HOST_COMMANDS, "list-checks", "probe"]
+         for form in _bad_forms(command)]
+
+
+@pytest.mark.parametrize("command, form", CASES, ids=[f"{c} {' '.join(f)}" for c, f in CASES])
+def test_every_usage_error_is_one_line(two_node_host: Path, command: str, form: List[str]) -> None:
+    where = ["--root", str(two_node_host)] if command in HOST_COMMANDS else []
+    result = run_cli([command, *where, *form])
+    assert (result.exit_code, result.stdout) == (2, ""), (result.exit_code, result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("strata-doctor: error: "), result.stderr
+    assert "Usage:" not in result.stderr and "--help" not in result.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["bogus"], "No such command 'bogus'"),
+    (["--bogus"], "No such option '--bogus'"),
+    (["check", "--format", "nope"], "'nope' is not one of 'text', 'json', 'prometheus', 'nfd'"),
+    (["probe", "--threads", "x"], "'--threads': 'x' is not a valid integer"),
+    (["fix", "--numa", "x"], "Invalid value for '--numa': expected auto, off or a node id"),
+    (["map", "extra"], "Got unexpected extra argument (extra)"),
+])
+def test_the_line_keeps_what_click_found(args: List[str], says: str) -> None:
+    line = usage_error(args)
+    assert says in line, line
+    assert not line.endswith("."), line
+
+
+def test_help_is_still_help() -> None:
+    result = run_cli(["check", "--help"])
+    assert result.exit_code == 0 and result.stdout.startswith("Usage: ") and not result.stderr
+
+
+@pytest.mark.parametrize("command, option", [
+    (command, option) for command in HOST_COMMANDS for option in ("--root", "--config")
+] + [("check", "--bundle"), ("fix", "--bundle"), ("map", "--bundle"), ("numa-plan", "--bundle"),
+     ("report", "--bundle"), ("report", "--output"), ("report", "-o"), ("probe", "--root"),
+     ("probe", "--bundle")])
+def test_an_empty_path_is_a_usage_error(two_node_host: Path, command: str, option: str) -> None:
+    # The host is named, so that before the fix an empty --bundle read the tree, never this host.
+    where = ["--root", str(two_node_host)] if command in HOST_COMMANDS and option != "--root" else []
+    line = usage_error([command, *where, option, ""])
+    named = "--output" if option == "-o" else option
+    assert line == f"strata-doctor: error: {named} '': an empty path names nothing", line
+
+
+def test_an_empty_fleet_output_is_a_usage_error(two_node_host: Path) -> None:
+    line = usage_error(["check", "--root", str(two_node_host), "--format", "prometheus", "--output", ""])
+    assert line == "strata-doctor: error: --output '': an empty path names nothing"

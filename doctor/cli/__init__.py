@@ -4,10 +4,11 @@ Exit codes (docs/exit-codes.md): 0 ready, 1 a finding at or above ``--fail-on``,
 2 usage or configuration error, 3 a check crashed.
 """
 
+import contextlib
 import importlib
 import os
 import sys
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Union
 
 import click
 
@@ -27,7 +28,18 @@ LAZY_COMMANDS: Dict[str, str] = {
 
 
 class LazyGroup(click.Group):
-    """A group whose sub-commands are imported on first use."""
+    """A group whose sub-commands are imported on first use, and whose usage errors (its own
+    and every sub-command's) are one line, as docs/exit-codes.md says, not click's usage
+    block."""
+
+    def make_context(self, info_name: Optional[str], args: List[str],
+                     parent: Optional[click.Context] = None, **extra: Any) -> click.Context:
+        with one_line_usage():  # the group's own options: --bogus
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with one_line_usage():  # the command's name, its options and arguments, its callbacks
+            return super().invoke(ctx)
 
     def list_commands(self, ctx: click.Context) -> List[str]:
         return sorted(LAZY_COMMANDS)
@@ -56,6 +68,21 @@ class LazyGroup(click.Group):
 
 WHOLE = 10_000
 """A ``short_help`` limit no first sentence reaches."""
+
+
+@contextlib.contextmanager
+def one_line_usage() -> Iterator[None]:
+    """Turn click's usage errors (a bad option, value, choice or argument) into the tool's one
+    line, exit 2. Bare ``strata-doctor`` still shows the help: that is no error of a value."""
+    try:
+        yield
+    except click.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # click 8.2+; known by name on every version
+            raise
+        from strata_doctor.cli.options import UsageFailure
+
+        words = " ".join(exc.format_message().split())  # click's words, on one line
+        raise UsageFailure(words[:-1] if words.endswith(".") else words) from None
 
 
 # Commands that only read the host. After one of these the console script leaves without

@@ -10,6 +10,7 @@ import click
 from strata_doctor.cli.options import (
     FAIL_ON,
     UsageFailure,
+    a_path,
     host_from_kwargs,
     host_options,
     known_ids,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 @host_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "prometheus", "nfd"]), default="text",
               show_default=True, help="prometheus: node_exporter textfile; nfd: node-feature-discovery.")
-@click.option("--output", metavar="FILE",
+@click.option("--output", metavar="FILE", callback=a_path,
               help="With prometheus or nfd: write FILE atomically ('-': standard output). FILE must "
                    "be a regular file, absent or /dev/null: folders, FIFOs, other devices, sockets "
                    "and symbolic links are refused.")

@@ -34,7 +34,7 @@ RESULT_SCHEMA = "strata-doctor/fix-result/v1"
 def _numa_choice(value: Optional[str]) -> Optional[str]:
     if value is None or value in ("auto", "off") or value.isdigit():
         return value
-    raise click.BadParameter("expected auto, off or a node id", param_hint="--numa")
+    raise click.BadParameter("expected auto, off or a node id", param_hint="'--numa'")  # as numa-plan
 
 
 @click.command("fix")

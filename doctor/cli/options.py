@@ -40,8 +40,18 @@ class HostOptions(NamedTuple):
     bundle: Optional[str] = None
 
 
+def a_path(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    """A path option's value; an empty one is a usage error (``--bundle ''`` must not mean
+    no bundle, and so this host, nor ``--output ''`` standard output)."""
+    if value == "":
+        name = max(param.opts, key=len)  # --output, not -o
+        raise UsageFailure(f"{name} '': an empty path names nothing")
+    return value
+
+
 def _root_dir(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """``--root`` must be a folder: a wrong one is one line naming it, as ``--bundle``'s is."""
+    a_path(ctx, param, value)
     if not os.path.lexists(value):
         raise UsageFailure(f"--root {value}: no such folder")
     if not os.path.isdir(value):
@@ -54,9 +64,9 @@ def host_options(func: F) -> F:
     options = [
         click.option("--root", default="/", show_default=True, metavar="DIR", callback=_root_dir,
                      help="Read the host from this captured tree instead of /."),
-        click.option("--bundle", metavar="FILE",  # a missing FILE is one line: _unpack_bundle
+        click.option("--bundle", metavar="FILE", callback=a_path,  # a missing FILE: _unpack_bundle
                      help="Replay a host from a report bundle (.tar.gz)."),
-        click.option("--config", metavar="FILE",
+        click.option("--config", metavar="FILE", callback=a_path,
                      help="Engine config (default: /etc/strata-doctor.yaml under the root)."),
         click.option("--arena", metavar="SIZE", help="Pinned expert arena, e.g. 46.84GiB."),
         click.option("--kv", metavar="SIZE", help="Pinned K/V cache, e.g. 3.09GiB."),

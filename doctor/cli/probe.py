@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
 import click
 
-from strata_doctor.cli.options import UsageFailure
+from strata_doctor.cli.options import UsageFailure, a_path
 
 if TYPE_CHECKING:  # the probe's modules load only when it runs
     from strata_doctor.facts.probe_result import GpuCopy, ProbeResult
@@ -35,8 +35,10 @@ def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
 
 
 @click.command("probe")
-@click.option("--root", metavar="DIR", help="Refused: the probe measures the live host only.")
-@click.option("--bundle", metavar="FILE", help="Refused: the probe measures the live host only.")
+@click.option("--root", metavar="DIR", callback=a_path,
+              help="Refused: the probe measures the live host only.")
+@click.option("--bundle", metavar="FILE", callback=a_path,
+              help="Refused: the probe measures the live host only.")
 @click.option("--seconds", type=float, default=10.0, show_default=True,
               help="Time of the whole matrix, setting up included (the GPU copy adds up to 2 s).")
 @click.option("--size", default="1GiB", show_default=True, callback=_size, metavar="SIZE",

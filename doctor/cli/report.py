@@ -17,6 +17,7 @@ import click
 from strata_doctor.cli.options import (
     FAIL_ON,
     UsageFailure,
+    a_path,
     host_from_kwargs,
     host_options,
     known_ids,
@@ -42,11 +43,11 @@ def report_host_options(func: F) -> F:
 @report_host_options
 @click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown",
               show_default=True, help="Markdown for an issue tracker, or the same as JSON.")
-@click.option("-o", "--output", metavar="FILE",
+@click.option("-o", "--output", metavar="FILE", callback=a_path,
               help="Write the report to FILE instead of standard output ('-': standard output). "
                    "FILE must be a regular file, absent or /dev/null: folders, FIFOs, other "
                    "devices, sockets and symbolic links are refused.")
-@click.option("--bundle", "bundle_out", metavar="FILE.tar.gz",
+@click.option("--bundle", "bundle_out", metavar="FILE.tar.gz", callback=a_path,
               help="Also write a replayable bundle of everything the checks read "
                    "(replay with: strata-doctor check --bundle FILE.tar.gz); '-' writes it to "
                    "standard output, with the report in --output FILE. Same rules as --output, "
