@@ -151,7 +151,7 @@ def _write_bundle(path: str, parts: Tuple[Any, List[Any]], redactor: Any, markdo
         "report.md": markdown.encode("utf-8"),
         "check.json": (json.dumps(check_data, indent=2, sort_keys=True) + "\n").encode("utf-8"),
     }
-    from strata_doctor.output.files import OutputError, is_stdout
+    from strata_doctor.output.files import OutputError, is_null, is_stdout
 
     try:
         info = write_bundle(path, captured, members, redactor, documents)
@@ -159,8 +159,10 @@ def _write_bundle(path: str, parts: Tuple[Any, List[Any]], redactor: Any, markdo
         raise UsageFailure(f"--bundle {exc}") from None
     except OSError as exc:
         raise UsageFailure(f"--bundle {path}: cannot write: {exc.strerror or exc}") from None
-    where, replay = (("the bundle to standard output", "FILE.tar.gz") if is_stdout(path)
-                     else (info.path, info.path))
+    where, replay = info.path, info.path
+    if is_stdout(path) or is_null(path):  # nothing there to replay: name no file
+        where = "the bundle to standard output" if is_stdout(path) else f"the bundle to {path} (nothing kept)"
+        replay = "FILE.tar.gz"
     # The report's own count (Report.unreadable), said in the report's words.
     unread = could_not_read(info.unreadable) + (", listed in manifest.json" if info.unreadable else "")
     click.echo(
