@@ -196,7 +196,7 @@ def test_secret_options_in_any_text() -> None:
     r = Redactor()
     text = r.text("ExecStart=/opt/strata/serve --auth a1 --db-pass=p2 --no-auth model --api-key k3 "
                   "--port 80\nKeyringMode=shared\nSpeculation_Store_Bypass:\tvulnerable\n-- Boot 1f --")
-    assert text == ("ExecStart=/opt/strata/serve --auth secret-2 --db-pass=secret-3 --no-auth model "
-                    "--api-key secret-1 --port 80\nKeyringMode=shared\n"
+    assert text == ("ExecStart=/opt/strata/serve --auth secret-1 --db-pass=secret-2 --no-auth model "
+                    "--api-key secret-3 --port 80\nKeyringMode=shared\n"
                     "Speculation_Store_Bypass:\tvulnerable\n-- Boot 1f --")
     assert r.counts() == {"secret": 3}

@@ -8,8 +8,8 @@ host. The mapping lives only in memory: nothing here can write it out.
 
 Values come from two places: the host's identity (``facts/identity.py`` reads it through
 a private Root, so it is not added to the bundle), and patterns that match wherever they
-occur (IPv4/IPv6 and MAC addresses, UUIDs, home paths). Command lines lose their secrets
-in ``output/redact_cmdline.py``.
+occur (IPv4/IPv6 and MAC addresses, UUIDs, home paths). Secrets, in command lines and in
+any text, are masked by ``output/redact_cmdline.py``.
 """
 
 from __future__ import annotations
@@ -55,17 +55,6 @@ UUID_HEAD = re.compile(r"(?<![0-9A-Fa-f])([0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){0,3}
 """The leading groups of a UUID cut short after a dash."""
 IPV6 = re.compile(r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?:%[\w.-]+)?(?![\w:])")
 IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?!\.?\d)")
-_SECRET_WORD = r"[\w.-]*(?:password|passwd|token|secret|api[_-]?key|access[_-]?key)[\w.-]*"
-_VALUE = r"[^\s\0\"',;&]+"
-SECRETS = (
-    re.compile(rf"(?i)(?<![\w.-])({_SECRET_WORD}\s*[=:]\s*)({_VALUE})"),  # TOKEN=..., password: ...
-    re.compile(rf"(?i)(--{_SECRET_WORD}\s+)(?!-)({_VALUE})"),  # --api-key VALUE
-    # --auth-file VALUE, --db-pass=VALUE: an option (two dashes, so never kernel text) with
-    # a name from the command lines' list (redact_cmdline.SECRET_NAME), not a --no- flag.
-    re.compile(r"(?i)(?<![\w.-])(--(?!no-)[\w.-]*(?:key|token|secret|pass|auth|credential|session|cookie)"
-               rf"[\w.-]*(?:=|\s+(?!-)))({_VALUE})"),
-)
-"""Credentials in command lines, environments and unit files: the value is replaced."""
 KEEP_IPS = frozenset({"127.0.0.1", "0.0.0.0", "255.255.255.255", "::", "::1"})
 """Addresses that are the same on every host, and so private to none."""
 
@@ -92,6 +81,7 @@ class Redactor:
         self._issued: Dict[str, int] = {}
         self._pattern: Optional[re.Pattern[str]] = None
         self._protected = set(PROTECTED)
+        self._mask = CommandLineMask(self._secret)
         self._uuid_heads: Dict[str, str] = {}
         """Leading groups of a known UUID (``ced04d50-57e7``) -> the UUID: systemd looks
         for a scope's drop-ins under each (``vte-spawn-ced04d50-.scope.d``)."""
@@ -197,7 +187,7 @@ class Redactor:
         placeholder (:class:`~strata_doctor.output.redact_cmdline.CommandLineMask`). Done
         whether or not redaction is enabled (as for environments); each value counts in
         :meth:`counts`."""
-        return CommandLineMask(self._secret).mask(data)
+        return self._mask.mask(data)
 
     def _secret(self, value: str) -> str:
         if not value or PLACEHOLDER.match(value):
@@ -228,9 +218,7 @@ class Redactor:
                 self._replace_uuids, self._replace_ipv6, self._replace_ipv4)
 
     def _replace_secrets(self, text: str) -> str:
-        for pattern in SECRETS:
-            text = pattern.sub(lambda m: m.group(1) + self._secret(m.group(2)), text)
-        return text
+        return self._mask.text(text)
 
     def _replace_known(self, text: str) -> str:
         if not self._known:
