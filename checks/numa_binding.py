@@ -7,7 +7,7 @@ from typing import FrozenSet, Iterator, List, NamedTuple, Optional, Sequence, Tu
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
 from strata_doctor.facts.engine import SYSTEMD_VERSION, unit_command
-from strata_doctor.facts.numa import NumaNode
+from strata_doctor.facts.numa import UNREACHABLE, NumaNode
 from strata_doctor.facts.parse import format_cpulist
 from strata_doctor.facts.saved_probe import Remote, SavedProbe, remote_reads
 from strata_doctor.fix.binding import binding_fix_for
@@ -243,7 +243,9 @@ def _node_ratio(
     if node is None:
         return None
     local = node.distance_to(node.id)
-    far = [d for other, d in node.distances if other not in plan.mem_nodes and other in cpu_nodes and d]
+    # 0 (no SLIT) and 255 (unreachable) cost nothing a ratio could say; numa-topology names them
+    far = [d for other, d in node.distances
+           if other not in plan.mem_nodes and other in cpu_nodes and 0 < d < UNREACHABLE]
     return (max(far), local) if local and far else None
 
 

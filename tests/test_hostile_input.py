@@ -354,3 +354,13 @@ def test_memory_swap_max_above_zero_is_still_swappable(tmp_path: Path) -> None:
         "/etc/systemd/system/strata.service": "[Service]\nExecStart=/opt/strata/run\nMemorySwapMax=0.5K\n",
     })
     assert [f.id for f in _run(Swap(), root)] == ["swappable"]
+
+
+def test_an_unreachable_node_is_no_cost_numa_binding_quotes(seed: Path) -> None:
+    """255 is the firmware's "unreachable", not 25.5 times a local read."""
+    (seed / NODE / "node0/distance").write_text("10 255\n")
+    (seed / NODE / "node1/distance").write_text("255 10\n")
+    result = run_cli(["check", "--root", str(seed), "-v", "numa-binding"], env={"NO_COLOR": "1"})
+    assert result.exit_code == 1, result.output
+    assert "25.5x" not in result.stdout and "255/10" not in result.stdout
+    assert "strata.service is not bound to the GPU's node 1; run it under" in result.stdout
