@@ -2,9 +2,11 @@
 
 The state folder holds the lock file and ``applies/NNNN/``, one folder per apply with its
 journal and saved originals. It is made atomically when missing (a temporary folder
-renamed into place, with ``made`` naming the topmost folder created for it) and removed,
-with those folders, once no apply is left in it (how a kill half way through that is
-finished: :mod:`strata_doctor.fix.state`).
+renamed into place, with ``made`` naming the topmost folder created for it). Once no
+apply is left in it, what the tool made there is removed, then the folder and those made
+for it while empty: what anyone else put there stays, and so does a state folder that
+was there before (how a kill half way through that is finished:
+:mod:`strata_doctor.fix.state`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from strata_doctor.fix.state import (
     finish_drop,
     made_folder,
     remove_drop_record,
+    remove_forgotten,
     rmdir_chain,
+    state_path,
     write_drop_record,
 )
 from strata_doctor.fix.steps import (
@@ -35,6 +39,7 @@ from strata_doctor.fix.steps import (
     describe,
     read_at,
     remove_at,
+    unlink_at,
     write_at,
 )
 from strata_doctor.inroot import InRoot
@@ -269,31 +274,50 @@ def _alive(pid: int) -> bool:
 
 # -- removing the state folder ----------------------------------------------------
 def drop_state_if_empty(lock: Lock) -> None:
-    """As the lock's holder: once no apply is recorded, remove the state folder and the
-    folders made for it, the lock file first (see :class:`Lock`).
+    """As the lock's holder: once no apply is recorded, remove what the tool made in the
+    state folder (the lock file first, see :class:`Lock`, then ``applies/`` when nothing
+    else is in it) and the folders made for it, while empty; anything else there stays.
 
     While those folders go, a record in the folder above the topmost of them names it, so
     a kill between two removals leaves something the next run finishes, never an empty
-    ``var/`` nobody knows about."""
+    ``var/`` nobody knows about. A state folder nobody recorded as made (one that was
+    there before) stays, with whatever it holds."""
     if not lock.held or apply_names(lock.state_fd):
         return
     assert lock.tree is not None
     tree = lock.tree
     steps.checkpoint("drop-state", STATE_DIR)
     state = lock.state_fd
-    made = _made_for_state(tree, state)
-    for name in ("applies", "lock"):
-        remove_at(state, name)
-    above = made.rpartition("/")[0] or "/"
-    if made != STATE_DIR:
-        write_drop_record(tree, above, made)
-    remove_at(state, MADE_FILE)
+    real = state_path(tree)
+    made = _made_for_state(tree, state, real)
+    _drop_applies(state)
+    unlink_at(state, "lock")
+    if made is None:
+        return
+    above = write_drop_record(tree, made)
+    unlink_at(state, MADE_FILE)
     steps.checkpoint("drop-state-dirs", STATE_DIR)
-    stopped = rmdir_chain(tree, made)
-    if stopped == STATE_DIR:  # someone is using it already: it keeps its record
+    if rmdir_chain(tree, real, made) == real:  # it holds something else: it stays, still ours
         write_at(state, MADE_FILE, (made + "\n").encode(), 0o600)
-    if made != STATE_DIR:
-        remove_drop_record(tree, above)
+    remove_drop_record(tree, above)
+
+
+def _drop_applies(state_fd: int) -> None:
+    """Remove what is left of forgotten applies, then ``applies/`` itself when that leaves
+    it empty (a name the tool did not write keeps it)."""
+    try:
+        applies = os.open("applies", DIR_FLAGS, dir_fd=state_fd)
+    except FileNotFoundError:
+        return
+    try:
+        remove_forgotten(applies)
+    finally:
+        os.close(applies)
+    try:
+        os.rmdir("applies", dir_fd=state_fd)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+            raise
 
 
 def drop_state_quietly(lock: Lock) -> None:
@@ -302,32 +326,15 @@ def drop_state_quietly(lock: Lock) -> None:
         drop_state_if_empty(lock)
 
 
-def _made_for_state(tree: InRoot, state_fd: int) -> str:
-    """The topmost folder made for the state folder: its ``made`` record, else a removal's
-    record a kill left above it, else the state folder alone."""
-    made = made_folder(read_at(state_fd, MADE_FILE))
+def _made_for_state(tree: InRoot, state_fd: int, real: str) -> Optional[str]:
+    """The topmost folder made for the state folder (at ``real``, resolved): its ``made``
+    record, else a removal's record a kill left above it; None when neither names one
+    (a folder that was there before the tool, which it never removes)."""
+    made = made_folder(read_at(state_fd, MADE_FILE), real)
     if made is not None:
         return made
-    found = find_drop_record(tree)
-    return found[1] if found else STATE_DIR
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+    found = find_drop_record(tree, real)
+    return found[1] if found else None
 
 
 # -- the applies recorded in it ---------------------------------------------------

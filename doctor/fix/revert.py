@@ -20,7 +20,7 @@ from typing import List, Optional, Tuple
 from strata_doctor.fix import apply, steps
 from strata_doctor.fix.journal import FileEntry, Journal, read_journal, write_journal
 from strata_doctor.fix.lock import Lock, apply_names, drop_state_if_empty, open_applies
-from strata_doctor.fix.state import STATE_DIR
+from strata_doctor.fix.state import STATE_DIR, forget_apply
 from strata_doctor.fix.steps import (
     DIR_FLAGS,
     ApplyError,
@@ -29,7 +29,6 @@ from strata_doctor.fix.steps import (
     open_below,
     read_at,
     read_fd,
-    remove_at,
     split_host,
     unlink_at,
 )
@@ -41,6 +40,9 @@ REMOVE = "remove"
 LEAVE = "leave"
 CHANGED = "changed since the apply"
 """Why a file is left that differs from both what the apply wrote and what was there."""
+LOST = "its saved original is missing, so it cannot be restored; --force leaves it as it is"
+"""Why a file is left that still holds what the apply wrote (or nothing) and whose saved
+original is gone."""
 
 ABSENT, FILE, LINK, OTHER = "absent", "file", "link", "other"
 _KINDS = {stat.S_IFREG: FILE, stat.S_IFLNK: LINK}
@@ -86,6 +88,8 @@ class OnDisk:
     """Its bytes, when it is a regular file."""
     original: Optional[bytes] = None
     """The bytes saved before the apply, once read (see :func:`needs_original`)."""
+    lost: bool = False
+    """Whether the saved original was looked for and is missing from the apply's folder."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,17 @@ def _without_original(entry: FileEntry, now: OnDisk, force: bool) -> Optional[Re
     return RevertDecision(REMOVE, "the apply created it")
 
 
+def _without_saved(entry: FileEntry, now: OnDisk, force: bool) -> RevertDecision:
+    """The decision for a file whose saved original is gone (a kill while an older release
+    forgot the apply, or a hand): a regular file with the mode and owner recorded that no
+    longer holds what the apply wrote is the original put back already, so the step is
+    done; anything else cannot be restored, and only ``force`` lets the revert finish."""
+    if now.kind == FILE and not _ours(entry, now) and now.mode == entry.mode \
+            and now.owner == (entry.uid, entry.gid):
+        return _leave("as it was: restored already")
+    return _leave(LOST, changed=not force)
+
+
 def needs_original(entry: FileEntry, now: OnDisk, force: bool) -> bool:
     """Whether :func:`decide_revert` needs the saved original in ``now`` to decide."""
     return _without_original(entry, now, force) is None
@@ -141,6 +156,8 @@ def decide_revert(entry: FileEntry, now: OnDisk, force: bool) -> RevertDecision:
     early = _without_original(entry, now, force)
     if early is not None:
         return early
+    if now.lost:
+        return _without_saved(entry, now, force)
     if now.kind == FILE and now.current == now.original and now.mode == entry.mode \
             and now.owner == (entry.uid, entry.gid):
         return _leave("as it was: the apply never reached it")
@@ -160,13 +177,13 @@ def _look(dir_fd: int, name: str) -> OnDisk:
                   read_at(dir_fd, name) if kind == FILE else None)
 
 
-def _saved_original(apply_fd: int, entry: FileEntry) -> bytes:
-    """The bytes saved before the apply, from the apply's folder."""
+def _saved_original(apply_fd: int, entry: FileEntry) -> Optional[bytes]:
+    """The bytes saved before the apply, from the apply's folder; None when they are gone."""
     assert entry.original is not None
     try:
         fd = open_below(apply_fd, entry.original.split("/"))
     except FileNotFoundError:
-        raise ApplyError(f"the saved original of {entry.path} is missing from the journal's folder") from None
+        return None
     try:
         return read_fd(fd)
     finally:
@@ -184,7 +201,8 @@ def _revert_file(root: Root, tree: InRoot, apply_fd: int, entry: FileEntry, forc
         unlink_at(parent, split_host(entry.temp)[1])
         now = _look(parent, name)
         if needs_original(entry, now, force):
-            now = replace(now, original=_saved_original(apply_fd, entry))
+            saved = _saved_original(apply_fd, entry)
+            now = replace(now, original=saved, lost=saved is None)
         decision = decide_revert(entry, now, force)
         if decision.action == REMOVE:
             steps.checkpoint("revert-remove", entry.path)
@@ -204,6 +222,19 @@ def _revert_file(root: Root, tree: InRoot, apply_fd: int, entry: FileEntry, forc
 
 def _kept_line(entry: FileEntry, decision: RevertDecision) -> str:
     return entry.path if decision.why == CHANGED else f"{entry.path} ({decision.why})"
+
+
+def _kept_message(kept: Tuple[str, ...]) -> str:
+    """The one line naming the files a revert without --force left, and why."""
+    lost = [line for line in kept if line.endswith(f"({LOST})")]
+    changed = [line for line in kept if line not in lost]
+    parts = []
+    if changed:
+        parts.append("changed since the apply, left as they are (--force restores them anyway): "
+                     + "; ".join(changed))
+    if lost:
+        parts.append("left as they are: " + "; ".join(lost))
+    return "; ".join(parts)
 
 
 def _rmdir_in(tree: InRoot, directory: str) -> None:
@@ -285,11 +316,9 @@ def revert_named(root: Root, lock: Lock, name: str, force: bool) -> RevertReport
         report = _undo(root, lock, applies, name, journal, force) if journal is not None \
             else RevertReport((), (), (), (), True)  # stopped before the journal: nothing changed yet
         if report.kept:
-            raise ApplyError("changed since the apply, left as they are (--force restores them anyway): "
-                             + "; ".join(report.kept))
+            raise ApplyError(_kept_message(report.kept))
         steps.checkpoint("revert-forget", name)
-        remove_at(applies, name)
-        os.fsync(applies)
+        forget_apply(applies, name)  # whole or forgotten: never a journal without its originals
     finally:
         os.close(applies)
     return report
