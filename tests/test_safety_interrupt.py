@@ -142,8 +142,8 @@ def test_revert_interrupted_after_every_step(tmp_path: Path, monkeypatch: pytest
     revert = ["fix", "--root", str(tree), "--revert"]
     steps = _revert_steps(tree, monkeypatch, apply)
     assert snapshot(tree) == original
-    assert {"journal", "revert-remove", "revert-rmdir", "revert-forget", "drop-state", "drop-state-dirs"} <= {
-        s for s, _ in steps}
+    assert {"journal", "revert-remove", "revert-rmdir", "revert-forget", "forget-file", "drop-state",
+            "drop-state-dirs"} <= {s for s, _ in steps}
     for index, (step, path) in enumerate(steps):
         where = f"revert {how} before {step} {path} (step {index})"
         assert run_cli(apply).exit_code in (0, 1), where
