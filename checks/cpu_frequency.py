@@ -144,7 +144,7 @@ class CpuFrequencyCheck(Check):
             return self.finding("no-policy", Severity.OK,
                                 f"no cpufreq policy covers {scope}; turbo and platform profile are not "
                                 "power-saving")
-        governors = sorted({f"{p.governor} ({p.driver})" for p in policies})
+        governors = sorted({f"{p.governor or 'unknown'} ({p.driver or 'driver unknown'})" for p in policies})
         epps = sorted({p.epp for p in policies if p.epp})
         return self.finding(
             "performance", Severity.OK,
@@ -205,7 +205,7 @@ def _policy_evidence(
 ) -> Tuple[Evidence, ...]:
     first = policies[0]
     value = {"scaling_governor": first.governor, "energy_performance_preference": first.epp}[attribute]
-    line = f"{value} (scaling_driver {first.driver}"
+    line = f"{value or 'unknown'} (scaling_driver {first.driver or 'unknown'}"
     if first.cur_khz:
         line += f", scaling_cur_freq {first.cur_khz} kHz"
     if first.min_khz and first.max_khz:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
@@ -68,11 +68,11 @@ def _evidence(gpu: Gpu, smi: Optional[SmiGpuState]) -> Tuple[Evidence, ...]:
     link = gpu.link
     base = f"{PCI}/{gpu.address}"
     evidence: List[Evidence] = [
-        Evidence(f"{base}/current_link_width", f"{link.current_width} (max {link.max_width})"),
-        Evidence(f"{base}/current_link_speed", f"{link.current_speed} (max {link.max_speed})"),
+        Evidence(f"{base}/current_link_width", f"{_said(link.current_width)} (max {_said(link.max_width)})"),
+        Evidence(f"{base}/current_link_speed", f"{_said(link.current_speed)} (max {_said(link.max_speed)})"),
     ]
     evidence += [Evidence(f"{PCI}/{hop.address}/current_link_width,current_link_speed",
-                          f"x{hop.link.current_width} at {hop.link.current_speed} (upstream)")
+                          f"x{_said(hop.link.current_width)} at {_said(hop.link.current_speed)} (upstream)")
                  for hop in gpu.path if hop.link.known]
     if smi is not None and smi.link_known:
         evidence.append(Evidence(NVIDIA_SMI_QUERY.key, f"Gen{smi.gen_current} x{smi.width_current} "
@@ -102,6 +102,11 @@ def _words(gpu: Gpu, reading: LinkReading, verdict: str) -> Tuple[str, str]:
             f"{_gen(limit.link.current_gts)}",
             "A PCIe switch or root port above the GPU trained slower than the GPU; "
             "check the BIOS's PCIe speed setting for that slot.")
+
+
+def _said(value: Union[int, str, None]) -> str:
+    """A link file's value as evidence says it: ``unknown`` where the tree gave none."""
+    return "unknown" if value is None else str(value)
 
 
 def _gen(gts: Optional[float]) -> str:

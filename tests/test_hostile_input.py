@@ -290,7 +290,7 @@ def zero(key: str) -> Any:
 
 
 CPUFREQ = "sys/devices/system/cpu/cpufreq"
-GPU_LINK = "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"
+GPU_LINK = "sys/devices/pci0000:80/0000:80:03.0/0000:84:00.0"  # the compute GPU
 
 
 @pytest.mark.parametrize("edits", [
@@ -364,3 +364,25 @@ def test_an_unreachable_node_is_no_cost_numa_binding_quotes(seed: Path) -> None:
     assert result.exit_code == 1, result.output
     assert "25.5x" not in result.stdout and "255/10" not in result.stdout
     assert "strata.service is not bound to the GPU's node 1; run it under" in result.stdout
+
+
+# -- a value the tree does not give is said so, never "None" -------------------------------
+@pytest.mark.parametrize("gone", [
+    ["max_link_width"], ["current_link_width"], ["max_link_speed"], ["current_link_speed", "max_link_speed"],
+])
+def test_a_missing_link_file_is_unknown_not_none(seed: Path, gone: List[str]) -> None:
+    for name in gone:
+        (seed / GPU_LINK / name).unlink()
+    (seed / GPU_LINK).parent.joinpath("current_link_width").unlink()  # the upstream hop's too
+    result = run_cli(["check", "--root", str(seed), "-v", "pcie-link"], env={"NO_COLOR": "1"})
+    assert result.exit_code in (0, 1), result.output
+    assert re.search(r"\bNone\b", result.stdout) is None, result.stdout
+
+
+def test_an_unreadable_governor_is_unknown_not_none(seed: Path) -> None:
+    for policy in (seed / CPUFREQ).glob("policy*"):
+        (policy / "scaling_governor").unlink()
+    result = run_cli(["check", "--root", str(seed), "-v", "cpu-frequency"], env={"NO_COLOR": "1"})
+    assert result.exit_code in (0, 1), result.output
+    assert re.search(r"\bNone\b", result.stdout) is None, result.stdout
+    assert "cpu-frequency" in result.stdout
