@@ -21,8 +21,14 @@ CONFIG_SOURCE = "/.strata-doctor/config-source"
 DEFAULT_UNIT = "strata.service"
 
 
-MAX_CONFIG_BYTES = 1 << 20
-"""A config is a few lines: a larger file is refused before YAML reads it (docs/config.md)."""
+NOCTTY = getattr(os, "O_NOCTTY", 0)
+"""--config /dev/tty is refused after the open: the open must not make it our terminal."""
+
+
+MAX_CONFIG_BYTES = 64 << 10
+"""A config is a few lines: a larger file is refused before YAML reads it (docs/config.md).
+PyYAML's pure-Python parser takes about a second for 64 KiB of short list items, and half
+a minute for 1 MiB."""
 
 
 DEFAULT_HEADROOM = 4 * 1024**3
@@ -222,7 +228,7 @@ def _read_named(path: str) -> str:
     if path == "-":
         raise ConfigError("--config -: standard input is not read; name a file (./- for a file named -)")
     try:
-        fd = os.open(path, OPEN_FLAGS | NONBLOCK)
+        fd = os.open(path, OPEN_FLAGS | NONBLOCK | NOCTTY)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     try:
@@ -286,7 +292,7 @@ def _small_regular(status: Tuple[int, int], source: str) -> None:
 
 
 def _too_large(source: str) -> str:
-    return f"{source}: larger than {MAX_CONFIG_BYTES >> 20} MiB, too large for a config"
+    return f"{source}: larger than {MAX_CONFIG_BYTES >> 10} KiB, too large for a config"
 
 
 def _read_bounded(fd: int) -> bytes:
