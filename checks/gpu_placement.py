@@ -160,7 +160,7 @@ def _evidence(gpu: Gpu) -> Tuple[Evidence, ...]:
     base = f"{PCI}/{gpu.address}"
     evidence: Tuple[Evidence, ...] = (
         Evidence(f"{base}/vendor,device", gpu.ids),
-        Evidence(f"{base}/numa_node", str(gpu.numa_node_raw)),
+        Evidence(f"{base}/numa_node", _raw(gpu.numa_node_raw)),
         Evidence(f"{base}/local_cpulist", format_cpulist(gpu.local_cpus) or "(empty)"),
         Evidence(f"{base}/boot_vga", "-" if gpu.boot_vga is None else str(int(gpu.boot_vga))),
     )

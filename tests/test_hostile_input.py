@@ -386,3 +386,11 @@ def test_an_unreadable_governor_is_unknown_not_none(seed: Path) -> None:
     assert result.exit_code in (0, 1), result.output
     assert re.search(r"\bNone\b", result.stdout) is None, result.stdout
     assert "cpu-frequency" in result.stdout
+
+
+def test_a_garbage_numa_node_is_absent_not_none(seed: Path) -> None:
+    (seed / GPU_LINK / "numa_node").write_text("9" * 400 + "\n")
+    result = run_cli(["check", "--root", str(seed), "-v", "gpu-placement"], env={"NO_COLOR": "1"})
+    assert result.exit_code in (0, 1), result.output
+    assert re.search(r"\bNone\b", result.stdout) is None, result.stdout
+    assert "numa_node: absent" in result.stdout
