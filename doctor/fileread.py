@@ -1,13 +1,13 @@
 """One host file read whole through one descriptor, the way :class:`~strata_doctor.root.Root`
 reads every file: no buffered file object (the process scan opens thousands of files), and
 nothing in a captured tree that is not a regular file (a FIFO would wait for a writer and
-``/dev/zero`` would never end).
+``/dev/zero`` would never end), and never more than a bound (:func:`read_bound`): a sparse
+1 TiB ``proc/meminfo`` in a tree is a file too large to read, not a MemoryError.
 """
 
 import errno
 import os
 import stat
-from pathlib import Path
 from typing import Optional
 
 OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
@@ -15,13 +15,18 @@ OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 """A captured tree is input: a FIFO there must not block the open (nor a device the read)."""
-DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
-"""How a folder is opened only to ask where it really is."""
+DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
-
-def plain_path(folder: str, name: str) -> bool:
-    """Whether a relative path has no ``.`` or ``..`` component (those take the slow road)."""
-    return name not in ("", ".", "..") and "/." not in f"/{folder}".replace("/.strata-doctor", "")
+READ_BOUND = 16 << 20
+"""The most bytes a host file is read to: kernel pseudo-files hold a few KiB and the
+largest text a check reads (a config, a unit, a command's output) a few hundred; a file
+over it is a fact ("too large"), never a MemoryError or a minute-long read."""
+LARGE_READ_BOUND = 256 << 20
+"""The bound of the per-process maps (``numa_maps``, ``smaps``, ``maps``): one line of up
+to ~200 bytes per mapping, and an engine whose 46 GiB arena is mapped in pieces of mixed
+NUMA policy can hold a million mappings."""
+LARGE_FILES = ("/numa_maps", "/smaps", "/maps")
+"""The file names :data:`LARGE_READ_BOUND` is for."""
 
 
 def regular(fd: int) -> int:
@@ -36,41 +41,52 @@ def regular(fd: int) -> int:
     raise OSError(errno.EINVAL, "not a regular file")
 
 
-def read_all(fd: int) -> bytes:
+def read_bound(host_path: str) -> int:
+    """The most bytes ``host_path`` is read to: :data:`LARGE_READ_BOUND` for the maps of a
+    process, :data:`READ_BOUND` for everything else."""
+    return LARGE_READ_BOUND if host_path.endswith(LARGE_FILES) else READ_BOUND
+
+
+def too_large(bound: int, size: Optional[int] = None) -> OSError:
+    """The refusal of a file over ``bound`` (``EFBIG``; its strerror is the reason shown)."""
+    told = f"{size} bytes, over" if size is not None else "over"
+    return OSError(errno.EFBIG, f"too large ({told} the {bound}-byte bound)")
+
+
+def read_all(fd: int, bound: int = READ_BOUND) -> bytes:
     """A whole file through one descriptor (closed here), without a buffered file object:
-    sysfs reports 4096 for every attribute, so read until EOF, never st_size."""
+    sysfs reports 4096 for every attribute, so read until EOF, never st_size. A file over
+    ``bound`` bytes is an ``OSError`` (:func:`too_large`): refused by its size when that
+    is over the bound, else the read stops one byte past it (procfs says size 0)."""
     try:
-        first = os.read(fd, 65536)
+        first = os.read(fd, min(65536, bound + 1))
         if not first:
             return first
         if len(first) == 65536:
-            first = _reread_large(fd, first)
-        chunk = os.read(fd, 1 << 20)  # most files end here: the common case skips the join
-        if not chunk:
-            return first
-        chunks = [first, chunk]
-        while chunk:
-            chunk = os.read(fd, 1 << 20)  # a large numa_maps: fewer, larger reads
+            first = _reread_large(fd, first, bound)
+        chunks = [first]
+        total = len(first)
+        while total <= bound:
+            chunk = os.read(fd, min(1 << 20, bound + 1 - total))  # a large numa_maps: larger reads
+            if not chunk:
+                break
             chunks.append(chunk)
-        return b"".join(chunks)
+            total += len(chunk)
+        if total > bound:
+            raise too_large(bound)
+        return first if len(chunks) == 1 else b"".join(chunks)  # most files: no join
     finally:
         os.close(fd)
 
 
-def _reread_large(fd: int, first: bytes) -> bytes:
+def _reread_large(fd: int, first: bytes, bound: int) -> bytes:
     """A large regular file (a replayed capture's numa_maps) in one read of its size, which
-    saves joining chunks of 80 MB; procfs and sysfs files report no useful size."""
+    saves joining chunks of 80 MB; procfs and sysfs files report no useful size. A size
+    over the bound (a sparse 1 TiB file) is refused before anything more is read."""
     size = os.fstat(fd).st_size
+    if size > bound:
+        raise too_large(bound, size)
     if size <= len(first):
         return first
     os.lseek(fd, 0, os.SEEK_SET)
     return os.read(fd, size + 1)
-
-
-def read_optional(path: Path) -> Optional[str]:
-    """A regular file's text with universal newlines; None when it cannot be read."""
-    try:
-        text = read_all(regular(os.open(path, OPEN_FLAGS | NONBLOCK))).decode("utf-8", "replace")
-    except OSError:
-        return None
-    return text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text's universal newlines

@@ -16,8 +16,9 @@ leading out. ``STRATA_DOCTOR_NO_OPENAT2=1`` forces the walk (it is what older ke
 seccomp filters that hide ``openat2`` get).
 
 The applier does every write, removal and ``chmod`` relative to a directory descriptor
-opened here, by name, with ``O_NOFOLLOW``; :class:`~strata_doctor.root.Root` uses the
-resolver for reads whose plain path would leave the root.
+opened here, by name, with ``O_NOFOLLOW``; :class:`~strata_doctor.root.Root` opens every
+file under a captured root here, and lists, stats and reads links from a folder opened
+here, so each read resolves its whole path inside the root in the call that opens it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 MAX_LINKS = 40
 """Links followed in one resolution before ``ELOOP``, the kernel's limit."""
@@ -83,15 +84,24 @@ def _load_openat2() -> Any:
     return _openat2
 
 
+_hows: Dict[Tuple[int, int], Tuple[Any, Any, Any]] = {}
+"""The call's fixed arguments (number, ``open_how``, its size) per (flags, mode): every file
+of the process scan is one openat2 call, so they are built once."""
+
+
 def _call_openat2(dir_fd: int, rel: str, flags: int, mode: int, close_dir: bool = False) -> int:
     import ctypes
 
-    how = _how_type(flags | _O_CLOEXEC, mode, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+    args = _hows.get((flags, mode))
+    if args is None:
+        how = _how_type(flags | _O_CLOEXEC, mode, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+        # Typed as the kernel reads them: a variadic syscall() takes no argtypes.
+        args = (ctypes.c_long(_SYS_OPENAT2), ctypes.pointer(how), ctypes.c_size_t(ctypes.sizeof(how)))
+        _hows[(flags, mode)] = args
+    number, how, size = args
     try:
         for _ in range(16):  # EAGAIN: a concurrent rename raced ".."; the kernel asks to retry
-            fd = int(_openat2(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dir_fd),
-                              ctypes.c_char_p(os.fsencode(rel)), ctypes.byref(how),
-                              ctypes.c_size_t(ctypes.sizeof(how))))
+            fd = int(_openat2(number, ctypes.c_int(dir_fd), os.fsencode(rel), how, size))
             if fd >= 0:
                 return fd
             code = ctypes.get_errno()
@@ -142,8 +152,9 @@ class InRoot:
         if not follow_last:
             flags |= _O_NOFOLLOW
         try:
-            if openat2_available():
-                return _call_openat2(self.fd, "/".join(split(path)) or ".", flags, 0)
+            if (_openat2 if _openat2 is not None else _load_openat2()) is not False:
+                # RESOLVE_IN_ROOT takes an absolute path, "." and ".." inside the root itself.
+                return _call_openat2(self.fd, path or ".", flags, 0)
             return _walk(self.fd, path, follow_last, flags, False)[0]
         except OSError as exc:
             raise OSError(exc.errno, exc.strerror, path) from None
@@ -151,6 +162,54 @@ class InRoot:
     def open_dir(self, path: str) -> int:
         """A read-only descriptor of the folder ``path`` (links followed inside the root)."""
         return self.open(path, os.O_RDONLY | _O_DIRECTORY)
+
+    # -- looking, by descriptor ------------------------------------------------
+    # Each of these resolves the whole path inside the root in the call that opens it (the
+    # folder for a name): nothing learnt of a folder earlier is trusted, so a folder swapped
+    # for a link between two looks is taken inside the root like any other link.
+    def listdir(self, path: str) -> List[str]:
+        """The names in the folder ``path`` (links followed inside the root), unsorted."""
+        fd = self.open_dir(path)
+        try:
+            return os.listdir(fd)
+        finally:
+            os.close(fd)
+
+    def lstat(self, path: str, follow_last: bool = False) -> os.stat_result:
+        """What ``path`` is: ``lstat`` of its name from its folder's descriptor, or with
+        ``follow_last`` ``fstat`` of the file itself, a link there followed inside the root."""
+        if follow_last:
+            fd = self.open(path, _O_PATH or os.O_RDONLY)
+            try:
+                return os.fstat(fd)
+            finally:
+                os.close(fd)
+        folder, name = self._parent(path)
+        try:
+            return os.stat(name, dir_fd=folder, follow_symlinks=False)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, path) from None
+        finally:
+            os.close(folder)
+
+    def readlink(self, path: str) -> str:
+        """The target of the link ``path`` as written, read from its folder's descriptor."""
+        folder, name = self._parent(path)
+        try:
+            return os.readlink(name, dir_fd=folder)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, path) from None
+        finally:
+            os.close(folder)
+
+    def _parent(self, path: str) -> Tuple[int, str]:
+        """(a descriptor of the folder holding ``path``'s last component, opened inside the
+        root; that component's name), or (the folder ``path`` itself, ``.``) when it ends in
+        ``..`` or names the root: neither is ever a link."""
+        parts = split(path)
+        if not parts or parts[-1] == "..":
+            return self.open(path, _O_PATH | _O_DIRECTORY), "."
+        return self.open("/".join(parts[:-1]), _O_PATH | _O_DIRECTORY), parts[-1]
 
     def resolve(self, path: str, follow_last: bool = True) -> str:
         """The host path ``path`` names inside the root, with no link left in it (except the

@@ -8,14 +8,16 @@ the names it defines are importable from here, as plug-in checks and launchers i
 
 Under a captured root every path is resolved inside the root (docs/fix.md#safety): an
 absolute link target is taken relative to the root and ``..`` never climbs above it, so
-a capture's ``sys -> /sys`` reads the capture, never this machine's ``/sys``. The common
-case stays cheap: a folder is checked once (its real path, from ``/proc/self/fd``, must
-lie inside the root) and a file in it is opened with ``O_NOFOLLOW``; only a path that
-would leave the root, or ends in a link, goes through :mod:`strata_doctor.inroot`.
+a capture's ``sys -> /sys`` reads the capture, never this machine's ``/sys``. Every open,
+listing, ``readlink`` and ``stat`` resolves its whole path so in the one call that opens it
+(:mod:`strata_doctor.inroot`: ``openat2`` from the root's descriptor, one system call, or
+the ``openat`` walk), so a folder swapped for a link between two reads is never followed
+out. Every read is bounded (:func:`~strata_doctor.fileread.read_bound`).
 """
 
 import errno
 import os
+import stat
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional
@@ -35,16 +37,7 @@ from strata_doctor.capture import (
     command_capture,
     command_key,
 )
-from strata_doctor.fileread import (
-    DIR_FLAGS,
-    NOFOLLOW,
-    NONBLOCK,
-    OPEN_FLAGS,
-    plain_path,
-    read_all,
-    read_optional,
-    regular,
-)
+from strata_doctor.fileread import NONBLOCK, OPEN_FLAGS, read_all, read_bound, regular
 
 if TYPE_CHECKING:
     from strata_doctor.inroot import InRoot
@@ -80,20 +73,18 @@ class Root(Records):
         super().__init__()
         self._lock = threading.Lock()
         self._stat_capture: Optional[Dict[str, FileStat]] = None
-        self._real = "" if self.live else os.path.realpath(self.base)
-        self._inside: Dict[str, bool] = {}
         self._resolver: Optional[InRoot] = None
 
     # -- files ---------------------------------------------------------------
     def path(self, host_path: str) -> Path:
         """The real path of a host path under this root, its folders resolved inside the
-        root; the last component is left as it is (it may be a link: see :meth:`resolved`)."""
+        root; the last component is left as it is (it may be a link: see :meth:`resolved`).
+
+        A name to show or to hand on, never to read through: the tree may change between
+        this answer and an open by that name, so every read here goes by descriptor."""
         rel = host_path.lstrip("/")
         if self.live or not rel:
             return self.base / rel if rel else self.base
-        folder, _, name = rel.rpartition("/")
-        if plain_path(folder, name) and self._folder_inside(folder):
-            return self.base / rel
         return self._strict_path(host_path, False)
 
     def resolved(self, host_path: str) -> Path:
@@ -117,74 +108,35 @@ class Root(Records):
             self._resolver = InRoot(self.base)
         return self._resolver
 
-    def _folder_inside(self, folder: str) -> bool:
-        """Whether the folder ``folder`` (relative, as written) resolves inside the root the
-        ordinary way; only a True answer is kept."""
-        if self._inside.get(folder):
-            return True
-        try:
-            fd = os.open(self._prefix + folder if folder else str(self.base), DIR_FLAGS)
-        except FileNotFoundError:
-            return self._missing_inside(folder)
-        except OSError:
-            return False
-        inside = self._fd_inside(fd)
-        if inside:
-            self._inside[folder] = True
-        return inside
-
-    def _missing_inside(self, folder: str) -> bool:
-        """Whether a folder that cannot be opened is missing both ways: its own folder
-        resolves inside and it has no entry at all (a dangling link has one); then the path
-        as written is the answer."""
-        parent = folder.rpartition("/")[0]
-        if not folder or not self._folder_inside(parent):
-            return False
-        try:
-            os.lstat(self._prefix + folder)
-        except FileNotFoundError:
-            self._inside[folder] = True
-        return self._inside.get(folder, False)
-
-    def _fd_inside(self, fd: int) -> bool:
-        """Whether the folder open as ``fd`` (closed here) really lies inside the root."""
-        try:
-            real = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            return False
-        finally:
-            os.close(fd)
-        return real == self._real or real.startswith(self._real.rstrip("/") + "/")
-
-    def _open(self, host_path: str, rel: str) -> int:
-        """A read-only descriptor of a host file, resolved inside the root."""
+    def _open(self, host_path: str, flags: int = OPEN_FLAGS) -> int:
+        """A descriptor of a host file. Under a captured root the whole path is resolved
+        inside the root by the call that opens it (openat2 ``RESOLVE_IN_ROOT`` from the
+        root's descriptor, or the openat walk), and only a regular file is read."""
         if self.live:
-            return os.open(self._prefix + rel if rel else str(self.base), OPEN_FLAGS)
-        folder, _, name = rel.rpartition("/")
-        if plain_path(folder, name) and self._folder_inside(folder):
-            try:
-                return regular(os.open(self._prefix + rel, OPEN_FLAGS | NOFOLLOW | NONBLOCK))
-            except OSError as exc:
-                if exc.errno != errno.ELOOP:  # ELOOP: the file is a link; follow it inside the root
-                    raise
-        return regular(self._in_root().open(host_path, os.O_RDONLY | NONBLOCK))
+            rel = host_path.lstrip("/")
+            return os.open(self._prefix + rel if rel else str(self.base), flags)
+        return regular(self._in_root().open(host_path, flags | NONBLOCK))
+
+    def _read_capture(self, host_path: str) -> Optional[str]:
+        """A capture's own file (stat.json, a command's output) with universal newlines, not
+        recorded; None when it is missing, unreadable or over the bound."""
+        try:
+            data = read_all(self._open(host_path))
+        except OSError:
+            return None
+        return data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
 
     def read_bytes(self, host_path: str) -> Optional[bytes]:
-        """Read a whole file in one call; None when it is missing or unreadable."""
+        """Read a whole file in one call; None when it is missing, unreadable or larger
+        than its bound (:func:`~strata_doctor.fileread.read_bound`), the reason recorded."""
         if host_path in self._cache:
             return self._cache[host_path]
         data: Optional[bytes]
         try:
-            data = read_all(self._open(host_path, host_path.lstrip("/")))
+            data = read_all(self._open(host_path), read_bound(host_path))
             reason = None
-        except FileNotFoundError:
-            data, reason = None, "missing"
-        except PermissionError:
-            data, reason = None, "permission denied (needs root)"
-        except IsADirectoryError:
-            data, reason = None, "is a directory"
         except OSError as exc:
-            data, reason = None, exc.strerror or type(exc).__name__
+            data, reason = None, _reason(exc)
         self._cache[host_path] = data
         self.reads[host_path] = reason
         return data
@@ -204,37 +156,68 @@ class Root(Records):
         text = text.strip()
         return text or None
 
+    def look(self, host_path: str, follow_last: bool = False) -> Optional[os.stat_result]:
+        """``lstat`` of a host path (``stat`` with ``follow_last``), by descriptor under a
+        captured root; None when there is nothing to see. Not recorded: the bundle asks
+        what it packs with it."""
+        try:
+            return self._look(host_path, follow_last)
+        except OSError:
+            return None
+
+    def _look(self, host_path: str, follow_last: bool) -> os.stat_result:
+        if self.live:
+            return os.stat(self.path(host_path), follow_symlinks=follow_last)
+        return self._in_root().lstat(host_path, follow_last)
+
+    def _probe(self, host_path: str, follow_last: bool) -> Optional[os.stat_result]:
+        """:meth:`look`, with a folder that may not be searched recorded as unreadable."""
+        try:
+            return self._look(host_path, follow_last)
+        except PermissionError as exc:
+            self.reads.setdefault(host_path, _reason(exc))
+        except OSError:
+            pass
+        return None
+
     def exists(self, host_path: str) -> bool:
         """Whether a host path exists (a dangling link counts as existing)."""
-        found = os.path.lexists(self.path(host_path))
+        found = self._probe(host_path, False) is not None
         self.probes.setdefault(host_path, found)
         return found
 
     def is_dir(self, host_path: str) -> bool:
         """Whether a host path is a directory."""
-        found = os.path.isdir(self.resolved(host_path))
+        info = self._probe(host_path, True)
+        found = info is not None and stat.S_ISDIR(info.st_mode)
         self.probes.setdefault(host_path, found)
         return found
 
     def listdir(self, host_path: str) -> List[str]:
         """Sorted entries of a host directory; empty when missing or unreadable."""
         try:
-            names = sorted(os.listdir(self.resolved(host_path)))
+            if self.live:
+                names = sorted(os.listdir(self.path(host_path)))
+            else:
+                names = sorted(self._in_root().listdir(host_path))
         except OSError as exc:
-            self.reads.setdefault(host_path + "/", exc.strerror or "unreadable")
+            self.reads.setdefault(host_path + "/", _reason(exc, None))
             return []
         self.reads.setdefault(host_path + "/", None)
         return names
 
-    def readlink(self, host_path: str) -> Optional[str]:
-        """The target of a symlink as written (never resolved against the live host)."""
+    def readlink(self, host_path: str, record: bool = True) -> Optional[str]:
+        """The target of a symlink as written (never resolved against the live host), read
+        from its folder's descriptor; ``record=False`` for the bundle's own looks."""
         try:
-            target = os.readlink(self.path(host_path))
+            target = os.readlink(self.path(host_path)) if self.live else self._in_root().readlink(host_path)
         except OSError as exc:
-            reason = "not a link" if exc.errno == errno.EINVAL else exc.strerror or "unreadable"
-            self.reads.setdefault(host_path, reason)
+            if record:
+                why = "not a link" if exc.errno == errno.EINVAL else _reason(exc, None)
+                self.reads.setdefault(host_path, why)
             return None
-        self.reads.setdefault(host_path, None)
+        if record:
+            self.reads.setdefault(host_path, None)
         return target
 
     def link_name(self, host_path: str) -> Optional[str]:
@@ -248,7 +231,8 @@ class Root(Records):
         return found.size if found else None
 
     def stat(self, host_path: str) -> Optional[FileStat]:
-        """Size, owner and mode of a file without reading it; None when missing.
+        """Size, owner and mode of a file without reading it (``lstat`` from its folder's
+        descriptor); None when missing.
 
         A capture cannot hold a 16 GiB hugetlbfs file, so under a captured root the sizes
         recorded in ``.strata-doctor/stat.json`` win over the stand-in file's own.
@@ -257,20 +241,14 @@ class Root(Records):
             return self.stats[host_path]
         found = self._captured_stats().get(host_path) if not self.live else None
         if found is None:
-            try:
-                st = os.lstat(self.path(host_path))
-                found = FileStat(st.st_size, st.st_uid, st.st_mode)
-            except OSError:
-                found = None
+            st = self._probe(host_path, False)
+            found = FileStat(st.st_size, st.st_uid, st.st_mode) if st is not None else None
         self.stats[host_path] = found
         return found
 
     def _captured_stats(self) -> Dict[str, FileStat]:
         if self._stat_capture is None:
-            self._stat_capture = {}
-            text = read_optional(self.resolved(f"/{STAT_FILE}"))
-            for path, found in captured_stats(text):
-                self._stat_capture[path] = found
+            self._stat_capture = dict(captured_stats(self._read_capture(f"/{STAT_FILE}")))
         return self._stat_capture
 
     # -- commands ------------------------------------------------------------
@@ -327,11 +305,11 @@ class Root(Records):
 
     def _replay(self, command: Command) -> CommandResult:
         base = command_capture(command.key)
-        out = read_optional(self.resolved(base + ".txt"))
+        out = self._read_capture(base + ".txt")
         if out is None:
             return CommandResult(command.key, command.argv, None, "", missing=True)
-        status = captured_status(read_optional(self.resolved(base + ".rc")))
-        err = read_optional(self.resolved(base + ".err")) or ""
+        status = captured_status(self._read_capture(base + ".rc"))
+        err = self._read_capture(base + ".err") or ""
         return CommandResult(command.key, command.argv, status, out, err)
 
     def _execute(self, command: Command) -> CommandResult:
@@ -392,6 +370,18 @@ def _xcomp_live(command: Command) -> CommandResult:
                  ctypes.c_ulong(_XFEATURE_XTILEDATA))
     lines.append("ARCH_REQ_XCOMP_PERM XTILEDATA: " + ("ok" if rc == 0 else _errno_name(ctypes.get_errno())))
     return CommandResult(command.key, command.argv, 0, "\n".join(lines) + "\n")
+
+
+def _reason(exc: OSError, missing: Optional[str] = "missing") -> str:
+    """Why a host path could not be read, as :attr:`Records.reads` keeps it (``missing``
+    None: the system's own words for it, as listings and links have always said)."""
+    if isinstance(exc, FileNotFoundError) and missing:
+        return missing
+    if isinstance(exc, PermissionError):
+        return "permission denied (needs root)"
+    if isinstance(exc, IsADirectoryError):
+        return "is a directory"
+    return exc.strerror or type(exc).__name__
 
 
 def _errno_name(number: int) -> str:

@@ -20,8 +20,8 @@ and verifies a bundle.
 from __future__ import annotations
 
 import json
-import os
 import posixpath
+import stat
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -125,25 +125,25 @@ class _Builder:
         real = self.resolve(host_path, follow_last=False)
         if real is None:
             return
-        full = self.root.path(real)
-        if full.is_symlink():
+        if self._kind(real) == stat.S_IFLNK:
             # A link read with readlink (a PCI driver link, Debian's 99-sysctl.conf) is a
             # fact itself; one read through holds what its target holds.
             self._add_link(real)
             target = self.resolve(real, follow_last=True)
-            if target is None or not self.root.path(target).is_file():
+            if target is None or self._kind(target, True) != stat.S_IFREG:
                 return
             real = target
         data = _content(self.root, host_path)
         if data is None:
-            if not self.root.path(real).is_file():
+            found = self.root.look(real, follow_last=True)
+            if found is None or not stat.S_ISREG(found.st_mode):
                 return
             existing = self.entries.get(real)
             if existing is not None and existing.kind == "file" and real not in self.stand_ins:
                 return  # read under another name (the link's target itself): keep what was read
             # Recorded by a stat, a walk or a readlink, never read: its contents are not the
             # checks'.
-            self.stand_ins[real] = (host_path, self.root.path(real).stat().st_size)
+            self.stand_ins[real] = (host_path, found.st_size)
             data = b""
         else:
             self.stand_ins.pop(real, None)
@@ -172,10 +172,10 @@ class _Builder:
         real = self.resolve(host_path, follow_last=False)
         if real is None or real in self.entries:
             return
-        full = self.root.path(real)
-        if full.is_symlink():
+        kind = self._kind(real)
+        if kind == stat.S_IFLNK:
             self._add_link(real)
-        elif full.is_dir():
+        elif kind == stat.S_IFDIR:
             self._add_dirs(real)
         else:
             self._add_dirs(posixpath.dirname(real))
@@ -197,10 +197,10 @@ class _Builder:
             if child in self.entries:
                 continue
             empty += 1
-            full = self.root.path(child)
-            if full.is_symlink():
+            kind = self._kind(child)
+            if kind == stat.S_IFLNK:
                 self._add_link(child)
-            elif full.is_dir():
+            elif kind == stat.S_IFDIR:
                 self._add_dirs(child)
             else:
                 self.entries[child] = Entry(child, "file", b"")
@@ -234,7 +234,7 @@ class _Builder:
                 done = posixpath.dirname(done).rstrip("/") if name == ".." else done
                 continue
             candidate = f"{done}/{name}"
-            if not ((parts or follow_last) and self.root.path(candidate).is_symlink()):
+            if not ((parts or follow_last) and self._kind(candidate) == stat.S_IFLNK):
                 done = candidate
                 continue
             hops += 1
@@ -246,8 +246,10 @@ class _Builder:
 
     def _add_link(self, link: str) -> str:
         """Record a link with a target made relative and kept inside the root; returns the
-        target as an absolute host path."""
-        raw = os.readlink(self.root.path(link))
+        target as an absolute host path (the link's own, when it is no longer a link)."""
+        raw = self.root.readlink(link, record=False)
+        if raw is None:
+            return link
         folder = posixpath.dirname(link)
         absolute = posixpath.normpath(posixpath.join(folder, raw)) if not raw.startswith("/") else \
             posixpath.normpath(raw)
@@ -256,6 +258,12 @@ class _Builder:
         self._add_dirs(folder)
         self.entries[link] = Entry(link, "link", target=relative)
         return absolute
+
+    def _kind(self, host_path: str, follow_last: bool = False) -> int:
+        """The file type at a host path (``stat.S_IFLNK``...; 0 for nothing), looked at by
+        descriptor inside the root, as every read of it was."""
+        found = self.root.look(host_path, follow_last)
+        return stat.S_IFMT(found.st_mode) if found is not None else 0
 
     def _add_dirs(self, host_path: str) -> None:
         path = host_path
