@@ -169,8 +169,6 @@ def _scratch_folder(on_signal: bool) -> Path:
     block = getattr(signal, "pthread_sigmask", None)
     held = block(signal.SIG_BLOCK, REMOVE_ON) if block is not None and on_signal else None
     try:
-        if not _SCRATCH:
-            atexit.register(_remove_scratch)
         _SCRATCH.append(tempfile.mkdtemp(prefix="strata-doctor-bundle-"))
         if on_signal:
             _take_signals()
@@ -204,6 +202,9 @@ def _end_by_signal(signum: int, frame: Optional[FrameType]) -> None:
 def _remove_scratch() -> None:
     while _SCRATCH:
         shutil.rmtree(_SCRATCH.pop(), ignore_errors=True)
+
+
+atexit.register(_remove_scratch)  # once: this module is imported only to replay a bundle
 
 
 def verify_manifest(top: Path) -> None:
