@@ -1,9 +1,12 @@
 """A seeded mutation fuzzer over every fixture host: bad files never crash or hang `check`.
 
 Each case copies nothing: one working copy per host is mutated in place (one to three files),
-`check --format json` runs in-process through click's CliRunner, and the touched paths are
-put back from the fixture. Every case must exit 0, 1 or 2, print valid JSON on 0 and 1,
-give one line on stderr on 2, show no traceback, and end within CASE_SECONDS.
+`check --format json` (every TEXT_EVERY-th case: `check -v`, in words) runs in-process through
+click's CliRunner, and the touched paths are put back from the fixture. Every case must exit
+0, 1 or 2 (docs/exit-codes.md; 3 is a crashed check), print valid JSON on 0 and 1, give one
+line on stderr on 2, show no traceback, say no ``None`` in words, and end within CASE_SECONDS.
+Beside them, each hostile tree of tests/fuzz_hostile.py (sparse 8 GiB files, odd distances,
+mode-000 folders read as nobody, deep configs, probes and manifests...) is a case of its own.
 
     STRATA_FUZZ_CASES   how many mutated trees (default 2000, about two minutes on one core)
     STRATA_FUZZ_SEED    the generator's seed (default 11); a failure names seed and case
@@ -29,6 +32,7 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tu
 
 import pytest
 
+from tests import fuzz_hostile as hostile
 from tests.conftest import HOSTS, run_cli
 
 CASES = int(os.environ.get("STRATA_FUZZ_CASES", "2000"))
@@ -36,6 +40,7 @@ SEED = int(os.environ.get("STRATA_FUZZ_SEED", "11"))
 CASE_SECONDS = 30.0  # a slower case fails (generous: machines are shared); a hang stops at HANG_SECONDS
 HANG_SECONDS = 120
 REPORT_EVERY = 40  # every 40th case also runs `report --format json` on the same tree
+TEXT_EVERY = 4  # every 4th case runs `check -v` instead of JSON: its words must hold no None
 ONE_MIB = 1 << 20
 NUMBER = re.compile(rb"[0-9]+")
 HUGE_NUMBERS = (b"9" * 400, b"9" * 5000, b"18446744073709551616", b"340282366920938463463374607431768211456")
@@ -87,6 +92,13 @@ def negative_numbers(rng: random.Random, path: Path, data: bytes) -> List[Path]:
         return rng.choice((b"-" + match[0], b"-1", b"-9223372036854775809", b"-" + b"9" * 400))
 
     _write(path, NUMBER.sub(negate, data) if NUMBER.search(data) else b"-1\n")
+    return []
+
+
+def zero_numbers(rng: random.Random, path: Path, data: bytes) -> List[Path]:
+    every = rng.random() < 0.5  # 0 where a count, a size, a distance or a divisor belongs
+    _write(path, NUMBER.sub(lambda m: b"0" if every or rng.random() < 0.3 else m[0], data)
+           if NUMBER.search(data) else b"0\n")
     return []
 
 
@@ -143,6 +155,7 @@ MUTATIONS: Dict[str, Mutation] = {
     "binary": binary,
     "huge-numbers": huge_numbers,
     "negative-numbers": negative_numbers,
+    "zero-numbers": zero_numbers,
     "non-utf8": non_utf8,
     "1mb-line": long_line,
     "folder": folder,
@@ -247,7 +260,8 @@ def _alarm(signum: int, frame: Any) -> None:
 def run_case(root: Path, case: Case) -> Optional[str]:
     """Run check (and report) on the mutated tree; None when every rule held, else why not."""
     problems: List[str] = []
-    commands = [["check", "--root", str(root), "--format", "json"]]
+    words = case.number % TEXT_EVERY == TEXT_EVERY - 2
+    commands = [["check", "--root", str(root), *(["-v"] if words else ["--format", "json"])]]
     if case.report:
         commands.append(["report", "--root", str(root), "--format", "json"])
     for args in commands:
@@ -263,36 +277,8 @@ def run_case(root: Path, case: Case) -> Optional[str]:
             signal.alarm(0)
             signal.signal(signal.SIGALRM, previous)
         elapsed = time.perf_counter() - start
-        problems.extend(f"{args[0]}: {p}" for p in _judge(args[0], result, elapsed))
+        problems.extend(f"{args[0]}: {p}" for p in hostile.judge(args, result, elapsed, CASE_SECONDS))
     return "; ".join(problems) or None
-
-
-def _judge(command: str, result: Any, elapsed: float) -> Iterator[str]:
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        yield f"raised {type(result.exception).__name__}: {result.exception}"[:300]
-        return
-    allowed = (0, 1, 2) if command == "check" else (0, 2)
-    if result.exit_code not in allowed:
-        crashed = ""
-        if result.exit_code == 3:
-            try:
-                rows = json.loads(result.stdout)["checks"]
-                crashed = "; ".join(f"{r['id']}: {r['reason']}" for r in rows if r["status"] == "crashed")
-            except (ValueError, KeyError, TypeError):
-                pass
-        yield f"exit {result.exit_code} {crashed}"[:300]
-    output = result.stdout + result.stderr
-    if "Traceback" in output:
-        yield "a traceback in the output"
-    if result.exit_code == 0 or (result.exit_code == 1 and command == "check"):
-        try:
-            json.loads(result.stdout)
-        except ValueError:
-            yield "stdout is not JSON"
-    if result.exit_code == 2 and len(result.stderr.splitlines()) != 1:
-        yield f"exit 2 with {len(result.stderr.splitlines())} lines on stderr"
-    if elapsed > CASE_SECONDS:
-        yield f"took {elapsed:.1f} s"
 
 
 def describe(case: Case, why: str) -> str:
@@ -345,17 +331,37 @@ def test_mutated_trees_never_crash(world_readable_base: Path) -> None:
     assert run == CASES
 
 
+@pytest.fixture(scope="module")
+def hostile_trees(world_readable_base: Path) -> hostile.HostileTrees:
+    return hostile.HostileTrees(world_readable_base / "hostile", HOSTS)
+
+
+@pytest.mark.parametrize("case", hostile.HOSTILE, ids=[c.name for c in hostile.HOSTILE])
+def test_a_hostile_tree_never_crashes(hostile_trees: hostile.HostileTrees, case: hostile.Hostile) -> None:
+    """One hostile tree of tests/fuzz_hostile.py: check in JSON and in words, and report."""
+    if case.child == "nobody" and hostile.can_be_nobody():
+        pytest.skip(str(hostile.can_be_nobody()))
+    tree, scratch = hostile_trees.take(case)
+    options, touched = case.make(tree, scratch)
+    lines = hostile.command_lines(case, options)
+    start = time.perf_counter()
+    try:
+        ran = hostile.run(case, lines)
+    finally:
+        hostile_trees.put_back(case, touched)
+    each = (time.perf_counter() - start) / len(lines)
+    problems = [f"{' '.join(args[:1] + args[-2:])}: {why}" for args, result in zip(lines, ran)
+                for why in hostile.judge(args, result, each, CASE_SECONDS)]
+    assert not problems, f"{case.name} on {case.host}:\n" + "\n".join(problems)
+    assert len(ran) == len(lines)
+    assert not case.refused or [r.exit_code for r in ran] == [2], f"{case.name} was not refused"
+
+
 def _fuzz_as_nobody(trees: Trees, numbers: List[int]) -> Tuple[int, List[str]]:
     """Run ``numbers`` (chmod 000 allowed) in a forked child as uid/gid 65534: every module is
     imported first, since the interpreter's own files may be out of that user's reach."""
     # One run of each command imports everything the cases can need.
-    import codecs
-
-    import jinja2  # noqa: F401 - imported for the child
-    import yaml  # noqa: F401 - imported for the child
-
-    for encoding in ("latin-1", "ascii", "utf-8", "utf-16", "utf-32"):
-        codecs.lookup(encoding)
+    hostile.import_for_a_child()
     run_cli(["check", "--root", str(trees.root(HOST_NAMES[0])), "--format", "json"])
     run_cli(["report", "--root", str(trees.root(HOST_NAMES[0])), "--format", "json"])
     _open_tree_to_all(trees.base)
