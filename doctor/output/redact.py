@@ -45,7 +45,8 @@ JUNK_VALUES = frozenset({
     "localhost", "localhost.localdomain", "localdomain",
 })
 
-HOME_PATH = re.compile(r"(?<![\w.-])(/home/|/Users/|/var/home/|/export/home/)([A-Za-z0-9_][\w.-]*)")
+HOME_PATH = re.compile(r"(/(?<![\w.-]/)(?:home|Users|var/home|export/home)/)([A-Za-z0-9_][\w.-]*)")
+"""``/home/NAME`` (the slash first, so a search skips to each slash at C speed)."""
 MAC = re.compile(r"(?<![0-9A-Fa-f:])[0-9A-Fa-f]{2}(?:[:-][0-9A-Fa-f]{2}){5}(?![0-9A-Fa-f:])")
 UUID = re.compile(
     r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
@@ -247,6 +248,8 @@ class Redactor:
         return HOME_PATH.sub(home, text)
 
     def _replace_macs(self, text: str) -> str:
+        if ":" not in text and "-" not in text:
+            return text  # the cheap test spares a long line the pattern's scan
         def mac(match: re.Match[str]) -> str:
             value = match.group(0)
             if set(value.replace(":", "").replace("-", "")) <= {"0"}:
@@ -260,6 +263,8 @@ class Redactor:
             self._learn_uuid(match.group(0))
             return self._placeholder("uuid", match.group(0))
 
+        if "-" not in text:
+            return text
         text = UUID.sub(uuid, text)
         if not self._uuid_heads:
             return text
@@ -271,6 +276,8 @@ class Redactor:
         return UUID_HEAD.sub(head, text)
 
     def _replace_ipv6(self, text: str) -> str:
+        if ":" not in text:
+            return text
         def ipv6(match: re.Match[str]) -> str:
             value = match.group(0)
             address = value.split("%", 1)[0]
@@ -281,6 +288,8 @@ class Redactor:
         return IPV6.sub(ipv6, text)
 
     def _replace_ipv4(self, text: str) -> str:
+        if "." not in text:
+            return text
         def ipv4(match: re.Match[str]) -> str:
             value = match.group(0)
             if value in KEEP_IPS or not _is_ipv4(value):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 _BROAD = r"key|token|secret|pass|auth|credential|session|cookie|bearer|jwt|(?<![a-z])pw(?![a-z])"
 SECRET_NAME = re.compile(f"(?i){_BROAD}")
@@ -45,7 +45,9 @@ TEXT_PATTERNS: Tuple[re.Pattern[str], ...] = (
     # "PASSWORD=two words", as systemd's Environment= quotes it
     re.compile(rf"""(?i)(?P<q>["'])(?=[\w.-]*?(?:{_NARROW}))[\w.-]+=(?P<v>[^"'\n\0]*)(?P=q)"""),
     # TOKEN=..., password: ...
-    re.compile(rf"(?i)(?<![\w.-])(?=[\w.-]*?(?:{_NARROW}))[\w.-]+\s*[=:]\s*{_VALUE}"),
+    # (from the secret word on: the name's head is kept anyway, and at most 64 characters
+    # between the word and the "=" keep each try short on a line that repeats the word)
+    re.compile(rf"(?i)(?:{_NARROW})[\w.-]{{0,64}}\s*[=:]\s*{_VALUE}"),
     # --api-key VALUE, --db-pass=VALUE, --password= VALUE: two dashes, so never kernel text
     # (the two dashes first, then the look-behind, so a search skips to each "--" at C speed)
     re.compile(rf"(?i)--(?<![\w.-]--)(?!no-)(?=[\w.-]*?(?:{_BROAD}))[\w.-]+(?:=[ \t]*|\s+)"
@@ -63,7 +65,7 @@ TEXT_PATTERNS: Tuple[re.Pattern[str], ...] = (
     re.compile(rf"""(?i)(?P<q>["'])(?=[\w.-]*?(?:{_NARROW}))[\w.-]+(?P=q)\s*:\s*"""
                r"""(?:"(?P<dq>(?:[^"\\\n\0]|\\.)*)"|'(?P<sq>(?:[^'\\\n\0]|\\.)*)'|(?P<v>[^\s\0,}\]"'\\]+))"""),
     # mysql -pSECRET, sshpass -p SECRET; a plain number is a port, and stays
-    re.compile(rf"(?<![\w.-])-p(?:[ \t]+{_NOT_OPTION}|(?=[^\s\0]))(?!\d+(?![^\s\0\"',;&]))"
+    re.compile(rf"-p(?<![\w.-]-p)(?:[ \t]+{_NOT_OPTION}|(?=[^\s\0]))(?!\d+(?![^\s\0\"',;&]))"
                r"""(?P<v>[^\s\0"',;&=]+)(?=[\s\0"',;&]|$)"""),
     # SetCredential=ID:VALUE (LoadCredential= names a path, and stays)
     re.compile(r"(?m)^[ \t]*SetCredential(?:Encrypted)?=[^:\n]*:[ \t]*(?P<v>[^\n]+)"),
@@ -78,12 +80,19 @@ _TRIGGERS: Tuple[Tuple[str, ...], ...] = (
 """Strings one of which every match of the pattern above in the same place contains
 (lower-cased where the pattern ignores case): a pattern whose strings are all absent is
 not run, so most patterns cost one ``in`` test on most text."""
+_RUN = tuple(
+    (re.compile(p.pattern[4:]), True, t) if p.pattern.startswith("(?i)") else (p, False, t)
+    for p, t in zip(TEXT_PATTERNS, _TRIGGERS)
+)
+"""Each pattern, whether it runs on the lower-cased text, and its strings. A pattern that
+ignores case runs without the flag on the lower-cased text: its secret words are then
+plain letters, which a search skips to at C speed (under the flag it tries every place)."""
 UNIT_COMMAND_LINE = re.compile(r"(?m)^([ \t]*(?:Exec[A-Za-z]*|Environment)=)((?:[^\n]*\\\n)*[^\n]*)")
 """A unit file's (or ``systemctl show``'s) command line or environment, continuation
 lines included."""
 _QUOTED = r"""[^\s"']+|"[^"]*"?|'[^']*'?"""
-_UNIT_WORD = re.compile(f"(?:{_QUOTED})+")
-"""A word of such a line, with its quotes."""
+_UNIT_SPLIT = re.compile(f"((?:{_QUOTED})+)")
+"""Splits such a line into what lies between its words and its words, quotes kept."""
 _UNIT_PIECE = re.compile(_QUOTED)
 
 
@@ -100,13 +109,19 @@ class CommandLineMask:
         environment option, and every secret :meth:`text` finds within a word replaced by
         a ``secret-N`` placeholder."""
         words = self.words(data.decode("utf-8", "surrogateescape").split("\0"))
-        return self.text("\0".join(words)).encode("utf-8", "surrogateescape")
+        return self.text("\0".join(words), units=False).encode("utf-8", "surrogateescape")
 
     def words(self, words: List[str]) -> List[str]:
         """One command line's words, each option's secret value masked."""
         masked: List[str] = []
         pending: Optional[str] = None  # the option whose value is the next word
         for word in words:
+            if word == "\\":
+                masked.append(word)  # a unit file's line continuation: the value comes next
+                continue
+            if pending is None and word[:1] not in "-{[" and "=" not in word:
+                masked.append(word)  # a plain word, as most are: nothing to mask here
+                continue
             if pending is not None and word and _OPTION_LIKE.fullmatch(word) is None:
                 masked.append(self._option_value(pending, word))
                 pending = None
@@ -130,37 +145,48 @@ class CommandLineMask:
             masked.append(word)
         return masked
 
-    def text(self, text: str) -> str:
+    def text(self, text: str, units: bool = True) -> str:
         """Any text with its secrets masked: a unit file's command lines and environments
-        word by word (:meth:`words`), then every :data:`TEXT_PATTERNS` match."""
-        if "Exec" in text or "Environment=" in text:
+        word by word (:meth:`words`; not when ``units`` is false, for a command line's own
+        words), then every :data:`TEXT_PATTERNS` match."""
+        if units and ("Exec" in text or "Environment=" in text):
             text = UNIT_COMMAND_LINE.sub(self._unit_line, text)
         lowered = text.lower()
-        for pattern, trigger in zip(TEXT_PATTERNS, _TRIGGERS):
-            haystack = lowered if pattern.flags & re.IGNORECASE else text
+        for pattern, lower, trigger in _RUN:
+            if lower and len(lowered) != len(text):  # a letter whose lower case is longer
+                lower, pattern = False, re.compile(pattern.pattern, re.IGNORECASE)
+            haystack = lowered if lower else text
             if any(t in haystack for t in trigger):
-                text = pattern.sub(self._text_match, text)
+                masked = self._mask_matches(pattern.finditer(haystack), text)
+                if masked is not text:
+                    text, lowered = masked, masked.lower()
         return text
 
-    def _text_match(self, match: re.Match[str]) -> str:
-        group = next(g for g in ("v", "dq", "sq") if g in match.re.groupindex and match.group(g) is not None)
-        start, end = match.span(group)
-        whole_start, whole_end = match.span()
-        string = match.string
-        return string[whole_start:start] + self._secret(string[start:end]) + string[end:whole_end]
+    def _mask_matches(self, matches: Iterator[re.Match[str]], text: str) -> str:
+        """``text`` with the value of each match (group ``v``, ``dq`` or ``sq``, at the
+        same place in ``text`` as in the string searched) masked."""
+        parts: List[str] = []
+        last = 0
+        for match in matches:
+            groups = match.groupdict()
+            start, end = match.span(next(g for g in ("v", "dq", "sq") if groups.get(g) is not None))
+            parts.append(text[last:start])
+            parts.append(self._secret(text[start:end]))
+            last = end
+        if not parts:
+            return text
+        parts.append(text[last:])
+        return "".join(parts)
 
     def _unit_line(self, match: re.Match[str]) -> str:
-        tokens = [t for t in _UNIT_WORD.finditer(match.group(2)) if t.group(0) != "\\"]
-        words = [_unquote(t.group(0)) for t in tokens]
+        parts = _UNIT_SPLIT.split(match.group(2))  # what lies between the words, then each word
+        tokens = parts[1::2]
+        words = [_unquote(t) for t in tokens] if "'" in match.group(2) or '"' in match.group(2) else tokens
         masked = self.words(words)
-        line, last = match.group(2), 0
-        parts = [match.group(1)]
-        for token, word, new in zip(tokens, words, masked):
-            parts.append(line[last:token.start()])
-            parts.append(token.group(0) if new == word else _requote(token.group(0), new))
-            last = token.end()
-        parts.append(line[last:])
-        return "".join(parts)
+        if masked == words:
+            return match.group(0)  # the common case
+        parts[1::2] = [t if new == word else _requote(t, new) for t, word, new in zip(tokens, words, masked)]
+        return match.group(1) + "".join(parts)
 
     def _dash_p(self, value: str) -> str:
         return value if value.isdigit() else self._secret(value)
@@ -235,6 +261,8 @@ not, the value possibly cut short by the end of the word."""
 
 def _unquote(token: str) -> str:
     """The word a quoted token stands for: ``--token="a b"`` is ``--token=a b``."""
+    if '"' not in token and "'" not in token:
+        return token
     return "".join(p[1:].rstrip(p[0]) if p[0] in "\"'" else p for p in _UNIT_PIECE.findall(token))
 
 
