@@ -8,9 +8,10 @@ Order of an apply, so that a kill between any two steps leaves a revertible tree
 2. save every original (or its absence) and write the journal, fsynced, *before* any
    change; the journal names every folder the apply will create
    (:mod:`strata_doctor.fix.journal`);
-3. create those folders, then write each file atomically: a temporary file in the same
-   folder, fsync, rename over the target, fsync the folder; a symlink at the target is
-   refused, never followed;
+3. create those folders, then write each file atomically: a temporary file created new
+   (``O_EXCL``, a name nobody can guess) in the same folder, fsync, rename over the
+   target, fsync the folder; a symlink, a hard link or a non-regular file at the target
+   is refused, never followed or written;
 4. on a live host, as root only, take the runtime actions, journaling each previous value
    first;
 5. mark the journal applied.
@@ -40,15 +41,14 @@ from strata_doctor.fix.plan import FixPlan
 from strata_doctor.fix.plan_files import PlannedFile
 from strata_doctor.fix.state import STATE_DIR
 from strata_doctor.fix.steps import (
-    CLOEXEC,
     DIR_FLAGS,
-    NOFOLLOW,
     ApplyError,
     describe,
     lstat_at,
     lstat_in,
     read_at,
     read_fd,
+    replace_problem,
     split_host,
     unlink_at,
     write_all,
@@ -57,7 +57,6 @@ from strata_doctor.fix.steps import (
 from strata_doctor.inroot import InRoot
 from strata_doctor.root import Root
 
-TEMP_SUFFIX = ".strata-doctor-tmp"
 COMMAND_TIMEOUT = 120.0
 ACTION_ERRORS = (OSError, ApplyError, subprocess.SubprocessError)
 """What a failing runtime action raises."""
@@ -186,17 +185,16 @@ def _verify_unchanged(tree: InRoot, changes: Tuple[PlannedFile, ...], targets: L
 
 
 def _read_file(tree: InRoot, real: str, shown: str) -> Optional[bytes]:
-    """A regular file's bytes, None when absent; a symlink or other type is refused."""
+    """A regular file's bytes, None when absent; a symlink, a hard link or another type is refused."""
     folder, name = split_host(real)
     parent = tree.open_dir(folder)
     try:
         info = lstat_at(parent, name)
         if info is None:
             return None
-        if stat.S_ISLNK(info.st_mode):
-            raise ApplyError(f"{shown} is a symlink; strata-doctor never writes through one")
-        if not stat.S_ISREG(info.st_mode):
-            raise ApplyError(f"{shown} exists and is not a regular file")
+        problem = replace_problem(info)
+        if problem is not None:
+            raise ApplyError(f"{shown} {problem}")
         return read_at(parent, name)
     finally:
         os.close(parent)
@@ -225,7 +223,7 @@ def _saved(tree: InRoot, originals: int, index: int, planned: PlannedFile, targe
     """The journal's entry for one planned file, its original saved as ``originals/INDEX``."""
     entry = FileEntry(planned.path, target.real, planned.current is not None, None, None, None, None,
                       planned.mode, hashlib.sha256(planned.content.encode()).hexdigest(),
-                      _host_temp(target.real))
+                      _host_temp(target.real))  # the name its temporary file will have
     if planned.current is None:
         return entry
     info = lstat_in(tree, target.real)
@@ -251,70 +249,50 @@ def _write_files(root: Root, tree: InRoot, changes: Tuple[PlannedFile, ...],
             os.fsync(parent)
         finally:
             os.close(parent)
-    owner = (0, 0) if privileged(root) else None
+    new_owner = (0, 0) if privileged(root) else None
     for planned, entry in zip(changes, journal.files):
-        keep = (entry.uid, entry.gid) if entry.existed and owner else owner
-        write_in_tree(tree, entry.where, planned.content.encode(), planned.mode, keep,  # type: ignore[arg-type]
-                      planned.path)
+        # A replaced file keeps its owner and group, under --root too (as far as we may give them).
+        owner = (entry.uid, entry.gid) if entry.existed else new_owner
+        write_in_tree(tree, entry.where, planned.content.encode(), planned.mode, owner,  # type: ignore[arg-type]
+                      planned.path, temp=split_host(entry.temp)[1])
     return tuple(p.path for p in changes)
 
 
 def atomic_write(root: Root, host_path: str, data: bytes, mode: int,
                  owner: Optional[Tuple[int, int]] = None) -> None:
-    """Replace a file inside the root: temp file in the same folder, fsync, rename, fsync the folder.
+    """Replace a file inside the root: a new temp file in the same folder, fsync, rename, fsync the folder.
 
-    The other atomic writer, :func:`strata_doctor.output.files.write_bytes`, writes the files a
-    user names (``--output``, ``--bundle``). They share the method (a temporary file beside
-    the target, fsync, rename over it; a link or a non-regular file at the target refused)
-    but not the code, because three things must differ:
-
-    - Links. Here the folders of ``host_path`` are resolved inside the captured root
-      (:class:`~strata_doctor.inroot.InRoot`: a link to ``/etc`` is ``ROOT/etc``, ``..``
-      stops at the root) and the file is written by name relative to that folder's fd
-      with ``O_NOFOLLOW``: a host tree comes from another machine and its links must
-      never lead out of it. A user's output path is resolved by the kernel as typed:
-      links in its folders are the user's own choice.
-    - The temporary name. Here it is fixed (``.NAME`` + ``TEMP_SUFFIX``) and recorded in
-      the journal before it is written, so that a revert after a kill finds and removes it;
-      there it is random (``mkstemp``), as the folder may be a shared one such as /tmp.
-    - What a step is. Here each step is a :func:`~strata_doctor.fix.steps.checkpoint`
-      that the interruption tests stop at, the owner is set and the folder is fsynced,
-      and a failure is an :class:`ApplyError` of the fix; there a failure is an
-      ``OutputError``, exit 2.
+    :func:`strata_doctor.output.files.write_bytes`, the writer of the files a user names
+    (``--output``, ``--bundle``), uses the same method (a temporary file created new beside
+    the target, fsync, rename; a link or a non-regular file at the target refused) but not
+    this code: here the folders are resolved inside the captured root and the file is
+    written by name below its folder's descriptor (a tree's links, hard links included,
+    never lead out of it), the temporary name embeds the pid and the apply's is journaled
+    (a revert after a kill removes it, and only it), each step is a
+    :func:`~strata_doctor.fix.steps.checkpoint`, the owner is set, and a failure is an
+    :class:`ApplyError`; there the path is the user's own, resolved as typed.
     """
     with InRoot(root.base) as tree:
         write_in_tree(tree, host_path, data, mode, owner, host_path)
 
 
 def write_in_tree(tree: InRoot, real: str, data: bytes, mode: int, owner: Optional[Tuple[int, int]],
-                  shown: str, over_link: bool = False) -> None:
-    """Write ``data`` to ``real`` through a temporary file; a link there is refused unless
-    ``over_link`` (a forced revert), and then replaced, never followed. ``shown`` is the
-    path the messages name."""
+                  shown: str, over_link: bool = False, temp: Optional[str] = None) -> None:
+    """Write ``data`` to ``real`` through a temporary file created new (``temp``, else a
+    fresh :func:`~strata_doctor.fix.steps.temp_name`); a link or a hard link there is refused
+    (a link is replaced, never followed, when ``over_link``: a forced revert). ``shown`` is
+    the path the messages name."""
     folder, name = split_host(real)
-    temp = split_host(_host_temp(real))[1]
     parent = tree.open_dir(folder)
     try:
+        steps.remove_dead_temps(parent, name)
+        temp = temp or steps.temp_name(name)
         steps.checkpoint("write-temp", shown)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW | CLOEXEC, 0o600, dir_fd=parent)
-        try:
-            write_all(fd, data)
-            os.fchmod(fd, mode)
-            if owner is not None:
-                os.fchown(fd, *owner)
-            steps.checkpoint("fsync", shown)
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
+        _write_temp(parent, temp, data, mode, owner, shown)
+        problem = replace_problem(lstat_at(parent, name), over_link)
+        if problem is not None:
             unlink_at(parent, temp)
-            raise
-        os.close(fd)
-        info = lstat_at(parent, name)
-        if info is not None and not stat.S_ISREG(info.st_mode) \
-                and not (over_link and stat.S_ISLNK(info.st_mode)):
-            unlink_at(parent, temp)
-            kind = "a symlink" if stat.S_ISLNK(info.st_mode) else "not a regular file"
-            raise ApplyError(f"{shown} became {kind}; strata-doctor never writes through one")
+            raise ApplyError(f"{shown} changed: it {problem}")
         steps.checkpoint("rename", shown)
         os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
         steps.checkpoint("fsync-dir", shown)
@@ -323,9 +301,28 @@ def write_in_tree(tree: InRoot, real: str, data: bytes, mode: int, owner: Option
         os.close(parent)
 
 
+def _write_temp(parent: int, temp: str, data: bytes, mode: int, owner: Optional[Tuple[int, int]],
+                shown: str) -> None:
+    """Create ``temp`` new with ``data``, its owner, then its mode (a chown may clear
+    set-id bits), fsynced; removed again when a step fails."""
+    fd = steps.open_new(parent, temp)
+    try:
+        write_all(fd, data)
+        if owner is not None:
+            steps.keep_owner(fd, owner)
+        os.fchmod(fd, mode)
+        steps.checkpoint("fsync", shown)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        unlink_at(parent, temp)
+        raise
+    os.close(fd)
+
+
 def _host_temp(host_path: str) -> str:
     head, _, name = host_path.rpartition("/")
-    return f"{head}/.{name}{TEMP_SUFFIX}"
+    return f"{head}/{steps.temp_name(name)}"
 
 
 def _run_actions(root: Root, tree: InRoot, plan: FixPlan, apply_fd: int,
@@ -376,6 +373,11 @@ def take_action(tree: InRoot, kind: str, target: str, value: str) -> None:
     :class:`ApplyError` with the first line it printed."""
     path = _runtime_path(kind, target)
     if path is not None:
+        # Written in place on purpose: a sysctl or sysfs value is a kernel knob, not a file
+        # to replace, and only on the live host as root (privileged()), where procfs and
+        # sysfs take no hard links and ignore O_TRUNC. Nothing is created (no O_CREAT).
+        if not path.startswith(("/proc/sys/", "/sys/")):
+            raise ApplyError(f"{path}: not a runtime value under /proc/sys or /sys")
         fd = tree.open(path, os.O_WRONLY | os.O_TRUNC)
         try:
             write_all(fd, (value + "\n").encode("ascii"))

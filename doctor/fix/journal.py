@@ -155,11 +155,11 @@ def read_journal(state_fd: int, name: str) -> Optional[Journal]:
 
 
 def write_journal(apply_fd: int, journal: Journal) -> None:
-    """Replace the journal in the apply's folder, fsynced."""
+    """Replace the journal in the apply's folder, fsynced: a new file under a temporary name
+    renamed over it (:func:`~strata_doctor.fix.steps.write_at`); a hard link there is refused."""
     steps.checkpoint("journal", f"{STATE_DIR}/journal")
     text = json.dumps(journal.to_json(), indent=2, sort_keys=True) + "\n"
-    write_at(apply_fd, "journal.json.tmp", text.encode(), 0o600)
-    os.rename("journal.json.tmp", "journal.json", src_dir_fd=apply_fd, dst_dir_fd=apply_fd)
+    write_at(apply_fd, "journal.json", text.encode(), 0o600)
     os.fsync(apply_fd)
 
 

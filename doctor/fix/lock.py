@@ -32,9 +32,7 @@ from strata_doctor.fix.state import (
     write_drop_record,
 )
 from strata_doctor.fix.steps import (
-    CLOEXEC,
     DIR_FLAGS,
-    NOFOLLOW,
     ApplyError,
     describe,
     read_at,
@@ -130,11 +128,11 @@ def _lock_in(state_fd: int, wait: bool) -> int:
     """The locked descriptor of the state folder's lock file, with our pid in it; -1 when the
     file went (or was replaced) meanwhile and the caller must start again."""
     try:
-        fd = os.open("lock", os.O_RDWR | os.O_CREAT | NOFOLLOW | CLOEXEC, 0o600, dir_fd=state_fd)
+        fd = steps.open_to_update(state_fd, "lock")
     except FileNotFoundError:  # the holder just removed the state folder
         return -1
     except OSError as exc:
-        raise ApplyError(f"cannot use the lock {STATE_DIR}/lock: {describe(exc)}") from None
+        raise ApplyError(_lock_problem(exc)) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except OSError as exc:
@@ -146,9 +144,20 @@ def _lock_in(state_fd: int, wait: bool) -> int:
     if not _same_file(fd, state_fd, "lock"):
         os.close(fd)
         return -1
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        steps.refuse_replacing(state_fd, "lock", os.fstat(fd))  # truncated only with no other name
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:
+        os.close(fd)
+        raise ApplyError(_lock_problem(exc, "write")) from None
     return fd
+
+
+def _lock_problem(exc: OSError, doing: str = "use") -> str:
+    """The one line of a lock file that cannot be used or written (a refusal says why)."""
+    why = f"it {exc.strerror}" if isinstance(exc, steps.Refused) else describe(exc)
+    return f"cannot {doing} the lock {STATE_DIR}/lock: {why}"
 
 
 def _same_file(fd: int, dir_fd: int, name: str) -> bool:
@@ -258,18 +267,8 @@ def _clean_state_temps(tree: InRoot, parent: Optional[int] = None) -> None:
 def _remove_dead_temps(parent: int) -> None:
     for name in os.listdir(parent):
         found = STATE_TEMP.match(name)
-        if found and (int(found.group(1)) == os.getpid() or not _alive(int(found.group(1)))):
+        if found and steps.dead_or_mine(int(found.group(1))):
             remove_at(parent, name)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # -- removing the state folder ----------------------------------------------------

@@ -30,7 +30,6 @@ from strata_doctor.fix.steps import (
     read_at,
     read_fd,
     split_host,
-    unlink_at,
 )
 from strata_doctor.inroot import InRoot
 from strata_doctor.root import Root
@@ -198,7 +197,7 @@ def _revert_file(root: Root, tree: InRoot, apply_fd: int, entry: FileEntry, forc
     except FileNotFoundError:
         return decide_revert(entry, OnDisk(False), force)
     try:
-        unlink_at(parent, split_host(entry.temp)[1])
+        steps.remove_dead_temps(parent, name)  # only a killed run's own temporary files
         now = _look(parent, name)
         if needs_original(entry, now, force):
             saved = _saved_original(apply_fd, entry)
@@ -213,7 +212,7 @@ def _revert_file(root: Root, tree: InRoot, apply_fd: int, entry: FileEntry, forc
     if decision.action == RESTORE:
         assert decision.data is not None
         # A journal strata-doctor did not write may hold anything here: the write refuses it.
-        owner = (entry.uid, entry.gid) if apply.privileged(root) else None
+        owner = (entry.uid, entry.gid)  # under --root too: as far as this user may give it
         mode: int = entry.mode  # type: ignore[assignment]
         apply.write_in_tree(tree, entry.where, decision.data, mode, owner,  # type: ignore[arg-type]
                             entry.path, over_link=force)

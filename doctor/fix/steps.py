@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
+import secrets
 import stat
 from typing import List, Optional, Tuple
 
@@ -20,6 +22,12 @@ CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 DIR_FLAGS = os.O_RDONLY | DIRECTORY | NOFOLLOW | CLOEXEC
 """How a folder below a descriptor is opened: a folder, never through a link."""
+NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | CLOEXEC
+"""How every file the writer makes is opened: created new, never an existing one."""
+UPDATE_FLAGS = os.O_RDWR | NOFOLLOW | CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+"""How a file updated in place (the lock) is opened: never through a link, never blocking on a FIFO."""
+TEMP_SUFFIX = ".strata-doctor-tmp"
+_TEMP = re.compile(r"^\.(.+)\.(\d+)\.[0-9a-f]{16}" + re.escape(TEMP_SUFFIX) + "$")
 
 
 class ApplyError(Exception):
@@ -89,13 +97,134 @@ def read_fd(fd: int) -> bytes:
 
 
 def write_at(dir_fd: int, name: str, data: bytes, mode: int) -> None:
-    """Write ``name`` below ``dir_fd`` in place and fsync it (files nobody else reads)."""
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW | CLOEXEC, mode, dir_fd=dir_fd)
+    """Replace ``name`` below ``dir_fd`` with ``data``: a new temporary file, fsynced, then
+    renamed over it (files nobody else reads: the journal, the originals, the records)."""
+    remove_dead_temps(dir_fd, name)
+    temp = temp_name(name)
+    fd = open_new(dir_fd, temp)
     try:
         write_all(fd, data)
+        os.fchmod(fd, mode)
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        unlink_at(dir_fd, temp)
+        raise
+    os.close(fd)
+    try:
+        refuse_replacing(dir_fd, name)
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        unlink_at(dir_fd, temp)
+        raise
+
+
+# -- files created new ----------------------------------------------------------------
+def temp_name(name: str) -> str:
+    """A temporary name for ``name`` that nobody can guess: ``.NAME.PID.RANDOM.strata-doctor-tmp``.
+
+    The pid tells whose it is, so that only one of a run that no longer runs is ever
+    removed (:func:`remove_dead_temps`)."""
+    return f".{name}.{os.getpid()}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
+
+
+def open_new(dir_fd: int, name: str) -> int:
+    """A descriptor of a file created new at ``name`` (mode 0600 until it is written):
+    whatever is there already, a file, a link or a hard link, is never opened."""
+    return os.open(name, NEW_FLAGS, 0o600, dir_fd=dir_fd)
+
+
+def keep_owner(fd: int, owner: Tuple[int, int]) -> None:
+    """Give ``fd`` the owner and group; without root, what can be kept (the group, when
+    ours), as a file's owner is root's to give."""
+    try:
+        os.fchown(fd, *owner)
+    except PermissionError:
+        with contextlib.suppress(PermissionError):
+            os.fchown(fd, -1, owner[1])
+
+
+def replace_problem(info: Optional[os.stat_result], over_link: bool = False) -> Optional[str]:
+    """Why the file ``info`` describes must not be replaced; None when it may be (absent,
+    or a regular file with no other name; a symlink too when ``over_link``)."""
+    if info is None or (over_link and stat.S_ISLNK(info.st_mode)):
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symlink; strata-doctor never writes through one"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file"
+    if info.st_nlink > 1:
+        return f"has {info.st_nlink} links; strata-doctor never writes a file that has another name"
+    return None
+
+
+class Refused(OSError):
+    """A file the writer must not write or replace (a link, a hard link, not a regular file)."""
+
+
+def refuse_replacing(dir_fd: int, name: str, info: Optional[os.stat_result] = None) -> None:
+    """Raise :class:`Refused`, naming the file, when ``name`` (or what ``info`` describes,
+    when given) must not be written or replaced."""
+    problem = replace_problem(info if info is not None else lstat_at(dir_fd, name))
+    if problem is not None:
+        raise Refused(errno.EMLINK if "links" in problem else errno.EINVAL, problem, shown_at(dir_fd, name))
+
+
+def open_to_update(dir_fd: int, name: str) -> int:
+    """A read-write descriptor of ``name`` below ``dir_fd`` (the lock file): a regular file
+    with no other name, made new (``O_EXCL``) when missing; a FIFO or device there is not
+    even opened. ``FileNotFoundError`` when the folder went meanwhile."""
+    for _ in range(100):
+        try:
+            refuse_replacing(dir_fd, name)
+            fd = os.open(name, UPDATE_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            try:
+                fd = os.open(name, UPDATE_FLAGS | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=dir_fd)
+            except FileExistsError:
+                continue  # another run made it first: open theirs
+        try:
+            refuse_replacing(dir_fd, name, os.fstat(fd))  # what was opened, not what was looked at
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
+    raise OSError(errno.EAGAIN, "it keeps being replaced", shown_at(dir_fd, name))
+
+
+def shown_at(dir_fd: int, name: str) -> str:
+    """``name`` below ``dir_fd`` as a path on this machine, for a message; ``name`` alone
+    when the kernel does not say where the folder is."""
+    try:
+        return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), name)
+    except OSError:
+        return name
+
+
+def remove_dead_temps(dir_fd: int, name: str) -> None:
+    """Remove the temporary files of ``name`` that a killed run left below ``dir_fd``: only
+    names of :func:`temp_name`'s pattern made by this process or by one that no longer
+    runs, and only plain files with no other name. Nothing else is ever removed."""
+    for entry in os.listdir(dir_fd):
+        found = _TEMP.match(entry)
+        if found is None or found.group(1) != name or not dead_or_mine(int(found.group(2))):
+            continue
+        info = lstat_at(dir_fd, entry)
+        if info is not None and stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+            unlink_at(dir_fd, entry)
+
+
+def dead_or_mine(pid: int) -> bool:
+    """Whether what process ``pid`` made is left over: it is this one, or it no longer runs."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
 
 
 def write_all(fd: int, data: bytes) -> None:
