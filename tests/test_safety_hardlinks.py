@@ -21,6 +21,7 @@ import pytest
 from click.testing import Result
 
 from strata_doctor.fix import steps as writer_steps
+from strata_doctor.output.files import OutputError, write_bytes
 from tests.conftest import run_cli
 from tests.test_fix_hosts import make_host, snapshot
 
@@ -284,3 +285,26 @@ def test_owner_group_and_mode_survive_apply_and_revert(tree: Path) -> None:
     assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (1234, 1234, 0o640)
     assert snapshot(tree) == original
 
+
+# -- the files a user names -------------------------------------------------------------
+def test_an_output_temporary_file_swapped_for_a_link(tmp_path: Path, outside: Outside,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a folder others write to, the temporary file may become a link while it is
+    written: its mode is set through the descriptor, and a swapped file is not renamed in."""
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    out = folder / "report.md"
+    real_fsync = os.fsync
+
+    def swap(fd: int) -> None:
+        for temp in folder.glob(".strata-doctor.*"):
+            temp.unlink()
+            temp.symlink_to(outside[0])
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", swap)
+    with pytest.raises(OutputError, match="replaced while it was written"):
+        write_bytes(str(out), b"report\n", mode=0o600)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    _untouched(outside)
+    assert not os.path.lexists(out)

@@ -118,7 +118,7 @@ def write_bytes(path: str, data: bytes, mode: Optional[int] = None) -> int:
     ``fix --apply`` writes host files with the other atomic writer,
     :func:`strata_doctor.fix.apply.atomic_write`: the same method, but a path inside a captured
     root, whose folders are resolved inside that root (a link never leads out of it), and
-    a fixed temporary name that its journal records for a revert after a kill. Here the path
+    a temporary name embedding its pid that its journal records for a revert after a kill. Here the path
     is the user's own, its folders are resolved by the kernel as typed (links in them are
     the user's choice; only a link at the file itself is refused), and the temporary name
     is random, as the folder may be shared (/tmp). Its docstring lists the differences.
@@ -133,26 +133,45 @@ def write_bytes(path: str, data: bytes, mode: Optional[int] = None) -> int:
         fd, tmp = tempfile.mkstemp(prefix=".strata-doctor.", suffix=".tmp", dir=directory)
     except OSError as exc:
         raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    made: Optional[os.stat_result] = None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
+            # By descriptor, not by name: in a folder others may write, the name could be
+            # a link by now, and a chmod by name would follow it.
+            os.fchmod(handle.fileno(), _mode_for(path) if mode is None else mode)
             os.fsync(handle.fileno())
-        os.chmod(tmp, _mode_for(path) if mode is None else mode)
+            made = os.fstat(handle.fileno())
+        _still_ours(tmp, made)
         check_path(path)  # again: it may have changed while the data was written
         os.replace(tmp, path)
-    except OutputError:
-        os.unlink(tmp)
-        raise
-    except OSError as exc:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
+    except BaseException as exc:
+        _drop_temp(tmp, made)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+            raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
         raise
     return len(data)
+
+
+def _still_ours(tmp: str, made: os.stat_result) -> None:
+    """Refuse to rename ``tmp`` into place when it is no longer the file written."""
+    try:
+        there = os.lstat(tmp)
+    except OSError as exc:
+        raise OutputError(f"{tmp}: the temporary file went while it was written: {exc.strerror}") from None
+    if (there.st_dev, there.st_ino) != (made.st_dev, made.st_ino):
+        raise OutputError(f"{tmp}: the temporary file was replaced while it was written")
+
+
+def _drop_temp(tmp: str, made: Optional[os.stat_result]) -> None:
+    """Remove our temporary file, and only ours (what replaced it is someone else's)."""
+    try:
+        there = os.lstat(tmp)
+    except OSError:
+        return
+    if made is None or (there.st_dev, there.st_ino) == (made.st_dev, made.st_ino):
+        os.unlink(tmp)
 
 
 def _write_stdout(data: bytes) -> int:
