@@ -51,9 +51,10 @@ class Hostile(NamedTuple):
     make: Make
     child: str = ""
     """``""``: in-process; ``"bounded"``: a child with CHILD_MEMORY; ``"nobody"``: a child as nobody."""
-    refused: bool = False
-    """The case is an input read before any host file (a config, a bundle) and refused
-    alike by every command: one ``check`` says it (``report --bundle`` writes a bundle)."""
+    refused: str = ""
+    """For an input read before any host file (a config, a bundle), refused alike by every
+    command: what the one line of the refusal says. One ``check`` runs (``report --bundle``
+    writes a bundle)."""
 
 
 class Ran(NamedTuple):
@@ -142,7 +143,8 @@ def bundle_manifest(data: bytes) -> Make:
 
 
 NESTED_LIST = b"[" * DEEP + b"]" * DEEP
-NESTED_YAML = b"arena: " + NESTED_LIST + b"\n"
+NESTED_YAML = b"arena: " + b"[" * (DEEP * 3 // 10) + b"]" * (DEEP * 3 // 10) + b"\n"
+"""30,000 deep, inside the config's 64 KiB bound: refused for its depth, not its size."""
 HOSTILE = (
     Hostile("sparse-8gib-files", "seed-box",
             sparse("proc/meminfo", f"{NODE}/node1/meminfo", f"{NODE}/node0/distance"), child="bounded"),
@@ -156,13 +158,15 @@ HOSTILE = (
     Hostile("proc-etc-folders-000-as-nobody", "seed-box",
             mode_000("proc/PID", "proc/sys", "etc/systemd/system", ".strata-doctor/commands"),
             child="nobody"),
-    Hostile("deep-yaml-config", "seed-box", config(NESTED_YAML, default=False), refused=True),
+    Hostile("deep-yaml-config", "seed-box", config(NESTED_YAML, default=False),
+            refused="nested too deeply for a config"),
     Hostile("non-utf8-config", "seed-box",
-            config(b"arena: 46.84GiB\nunit: \xff\xfe.service\n", default=False), refused=True),
+            config(b"arena: 46.84GiB\nunit: \xff\xfe.service\n", default=False), refused="not UTF-8"),
     Hostile("non-utf8-default-config", "seed-box", config(b"arena: 4\xc3\x286GiB\n", default=True),
-            refused=True),
+            refused="not UTF-8"),
     Hostile("deep-json-saved-probe", "seed-box", saved_probe(NESTED_LIST)),
-    Hostile("deep-json-bundle-manifest", "seed-box", bundle_manifest(NESTED_LIST), refused=True),
+    Hostile("deep-json-bundle-manifest", "seed-box", bundle_manifest(NESTED_LIST),
+            refused="manifest.json is nested too deeply"),
 )
 
 
