@@ -82,6 +82,14 @@ def test_exec_lines_are_masked_as_command_lines() -> None:
     )
 
 
+def test_dash_p_in_text_is_a_password_only_after_a_password_tool() -> None:
+    # The report quotes its own advice: "nvidia-smi -pm 1" must reach the maintainer whole.
+    advice = "Run `nvidia-smi -pm 1`, then `mkdir -p /run/strata` and `docker run -p 8080:80 img`.\n"
+    assert _text(advice) == advice
+    assert _text("backup: mysqldump -uroot -pS3cret db; sshpass -p hunter2 ssh db\n") == (
+        "backup: mysqldump -uroot -psecret-1 db; sshpass -p secret-2 ssh db\n")
+
+
 def test_environment_lines_use_the_command_line_names() -> None:
     text = _text('Environment=DB_PASS=p1 "API_KEY=two words" SESSION_ID=s3 LOG_LEVEL=debug\n'
                  "KeyringMode=shared\nLoadCredential=tls:/etc/strata/tls.key\n")

@@ -64,8 +64,12 @@ TEXT_PATTERNS: Tuple[re.Pattern[str], ...] = (
     # {'password': 'x'}, "api_key": "y", "token": 123
     re.compile(rf"""(?i)(?P<q>["'])(?=[\w.-]*?(?:{_NARROW}))[\w.-]+(?P=q)\s*:\s*"""
                r"""(?:"(?P<dq>(?:[^"\\\n\0]|\\.)*)"|'(?P<sq>(?:[^'\\\n\0]|\\.)*)'|(?P<v>[^\s\0,}\]"'\\]+))"""),
-    # mysql -pSECRET, sshpass -p SECRET; a plain number is a port, and stays
-    re.compile(rf"-p(?<![\w.-]-p)(?:[ \t]+{_NOT_OPTION}|(?=[^\s\0]))(?!\d+(?![^\s\0\"',;&]))"
+    # mysql -pSECRET, sshpass -p SECRET in text: only after such a tool on the same line, as
+    # other text's -p is no password (the report's own "nvidia-smi -pm 1", "mkdir -p DIR");
+    # a command line's words mask -p wherever it is (CommandLineMask.words). A plain number
+    # is a port, and stays.
+    re.compile(rf"(?<![\w.-])(?:mysql[\w-]*|mariadb[\w-]*|sshpass)(?=[\s\0])[^\n]*?(?<=[\s\0])-p"
+               rf"(?:[ \t]+{_NOT_OPTION}|(?=[^\s\0]))(?!\d+(?![^\s\0\"',;&]))"
                r"""(?P<v>[^\s\0"',;&=]+)(?=[\s\0"',;&]|$)"""),
     # SetCredential=ID:VALUE (LoadCredential= names a path, and stays)
     re.compile(r"(?m)^[ \t]*SetCredential(?:Encrypted)?=[^:\n]*:[ \t]*(?P<v>[^\n]+)"),
@@ -74,7 +78,8 @@ TEXT_PATTERNS: Tuple[re.Pattern[str], ...] = (
 _NARROW_WORDS = ("pass", "token", "secret", "key", "bearer", "jwt")
 _TRIGGERS: Tuple[Tuple[str, ...], ...] = (
     _NARROW_WORDS, _NARROW_WORDS, ("--",), ("authorization",), ("bearer",), ("://",), ("AKIA", "ASIA"),
-    ("hooks.slack.com/services/",), ("/api/webhooks/",), ("/webhook",), _NARROW_WORDS, ("-p",),
+    ("hooks.slack.com/services/",), ("/api/webhooks/",), ("/webhook",), _NARROW_WORDS,
+    ("mysql", "mariadb", "sshpass"),
     ("SetCredential",),
 )
 """Strings one of which every match of the pattern above in the same place contains
