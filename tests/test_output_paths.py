@@ -118,7 +118,7 @@ def test_dev_null_for_both_report_outputs(two_node_host: Path) -> None:
     result = run_cli(["report", "--root", str(two_node_host), "--bundle", os.devnull, "--output", os.devnull])
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
-    assert "nothing kept" in result.stderr and f"--bundle {os.devnull}" not in result.stderr  # no replay there
+    assert "nothing kept" in result.stderr and f"--bundle {os.devnull}" not in result.stderr  # no replay
     assert stat.S_ISCHR(os.lstat(os.devnull).st_mode)
 
 
