@@ -8,7 +8,7 @@ nothing in a captured tree that is not a regular file (a FIFO would wait for a w
 import errno
 import os
 import stat
-from typing import Optional
+from typing import List, Optional, Tuple
 
 OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 """How every host file is opened."""
@@ -16,6 +16,8 @@ NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 """A captured tree is input: a FIFO there must not block the open (nor a device the read)."""
 DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+DIR_READ = os.O_RDONLY | DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+"""How a folder is opened to be walked from its descriptor."""
 
 READ_BOUND = 16 << 20
 """The most bytes a host file is read to: kernel pseudo-files hold a few KiB and the
@@ -90,3 +92,30 @@ def _reread_large(fd: int, first: bytes, bound: int) -> bytes:
         return first
     os.lseek(fd, 0, os.SEEK_SET)
     return os.read(fd, size + 1)
+
+
+def files_below(fd: int, top: str, limit: int) -> Tuple[List[str], Optional[str]]:
+    """The host paths (under ``top``) of the files in the folder open as ``fd`` (closed
+    here) and its subfolders, sorted and at most ``limit``; and why the walk stopped short,
+    if it did. ``os.fwalk`` opens each subfolder from its parent's descriptor and follows no
+    link, so a folder swapped for a link mid-walk is never walked outside the root."""
+    found: List[str] = []
+    head = top.rstrip("/") + "/"
+    try:
+        for folder, subfolders, names, _ in os.fwalk(".", dir_fd=fd, onerror=_stop):
+            subfolders.sort()
+            prefix = head if folder == "." else head + folder[2:] + "/"
+            for name in sorted(names):
+                if len(found) >= limit:
+                    return found, None
+                found.append(prefix + name)
+    except OSError as exc:
+        why = "permission denied (needs root)" if isinstance(exc, PermissionError) else exc.strerror
+        return found, why or type(exc).__name__
+    finally:
+        os.close(fd)
+    return found, None
+
+
+def _stop(exc: OSError) -> None:
+    raise exc

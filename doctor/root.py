@@ -20,7 +20,7 @@ import os
 import stat
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Tuple
 
 from strata_doctor.capture import (
     CAPTURE_DIR,
@@ -37,7 +37,7 @@ from strata_doctor.capture import (
     command_capture,
     command_key,
 )
-from strata_doctor.fileread import NONBLOCK, OPEN_FLAGS, read_all, read_bound, regular
+from strata_doctor.fileread import DIR_READ, NONBLOCK, OPEN_FLAGS, files_below, read_all, read_bound, regular
 
 if TYPE_CHECKING:
     from strata_doctor.inroot import InRoot
@@ -205,6 +205,17 @@ class Root(Records):
             return []
         self.reads.setdefault(host_path + "/", None)
         return names
+
+    def files_below(self, host_path: str, limit: int) -> Tuple[List[str], Optional[str]]:
+        """The files of a folder's tree (:func:`~strata_doctor.fileread.files_below`), walked
+        from its descriptor; a missing folder has none, and why a listing stops is recorded."""
+        try:
+            fd = os.open(self.path(host_path), DIR_READ) if self.live else self._in_root().open_dir(host_path)
+        except OSError as exc:
+            return [], None if isinstance(exc, FileNotFoundError) else _reason(exc)
+        found, why = files_below(fd, host_path, limit)
+        self.reads.setdefault(host_path.rstrip("/") + "/", why)
+        return found, why
 
     def readlink(self, host_path: str, record: bool = True) -> Optional[str]:
         """The target of a symlink as written (never resolved against the live host), read

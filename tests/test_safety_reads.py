@@ -336,3 +336,35 @@ def test_an_odd_stat_json_replays_the_stand_in(tmp_path: Path) -> None:
     found = Root(tmp_path).stat("/f")
     assert found is not None and found.size == 3
 
+
+
+def test_a_hugetlbfs_walk_never_leaves_the_root(tmp_path: Path, resolver: str) -> None:
+    # The mount point links outside with an absolute target (taken inside the root), and a
+    # folder in it is swapped for a link to an outside folder while the walk runs: neither
+    # lists a file that is not the tree's.
+    outside = tmp_path / "outside"
+    (outside / "dev/hugepages").mkdir(parents=True)
+    (outside / "dev/hugepages/OUTSIDE-orphan").write_bytes(b"")
+    tree = tmp_path / "tree"
+    (tree / "real/hugepages/sub").mkdir(parents=True)
+    (tree / "real/hugepages/sub/stale").write_bytes(b"")
+    (tree / "real/hugepages/zz").mkdir()
+    (tree / "dev").mkdir()
+    os.symlink("/real/hugepages", tree / "dev/hugepages")
+    root = Root(tree)
+    real_fwalk = os.fwalk
+
+    def swapping(*args: object, **kwargs: object) -> Iterator[object]:
+        for step in real_fwalk(*args, **kwargs):  # type: ignore[call-overload]
+            if step[0] == ".":  # after the top is listed, before "zz" is opened
+                shutil.rmtree(tree / "real/hugepages/zz")
+                os.symlink(outside / "dev/hugepages", tree / "real/hugepages/zz")
+            yield step
+
+    os.fwalk = swapping  # type: ignore[assignment]
+    try:
+        found, why = root.files_below("/dev/hugepages", 100)
+    finally:
+        os.fwalk = real_fwalk
+    assert (found, why) == (["/dev/hugepages/sub/stale"], None)
+    assert root.files_below("/dev/nothing", 100) == ([], None)

@@ -6,7 +6,6 @@ Read through the root: the files under each hugetlbfs mount of ``/proc/mounts`` 
 name) and the maps of the processes that might map them.
 """
 
-import os
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from strata_doctor.facts.parse import is_uint, parse_kernel_size, unescape_octal
@@ -149,31 +148,7 @@ def _file(root: Root, path: str, users: Dict[int, str], mapped: Dict[str, Set[in
 
 
 def _walk(root: Root, top: str) -> Tuple[List[str], Optional[str]]:
-    real = root.path(top)
-    if not real.exists():
-        return [], None  # an empty mount: captures (and git) do not keep empty folders
-    if not real.is_dir():
-        return [], "not a directory"
-    found: List[str] = []
-    try:
-        for dirpath, dirnames, filenames in os.walk(real, onerror=_raise):
-            dirnames.sort()
-            rel = os.path.relpath(dirpath, real)
-            for name in sorted(filenames):
-                if len(found) >= MAX_HUGETLBFS_FILES:
-                    return found, None
-                host = top.rstrip("/") + "/" + (name if rel == "." else f"{rel}/{name}")
-                found.append(host)
-    except PermissionError:
-        return found, "permission denied (needs root)"
-    except OSError as exc:
-        return found, exc.strerror or type(exc).__name__
-    root.reads.setdefault(top.rstrip("/") + "/", None)
-    return found, None
-
-
-def _raise(exc: OSError) -> None:
-    raise exc
+    return root.files_below(top, MAX_HUGETLBFS_FILES)
 
 
 def _mappers(
