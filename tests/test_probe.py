@@ -368,6 +368,25 @@ def test_a_failed_save_keeps_the_figures_and_says_why(fake_cli: Callable[..., ob
     assert result.stderr.count("\n") == 1
 
 
+def test_a_save_through_a_linked_folder_stays_in_the_root(fake_cli: Callable[..., object],
+                                                          tmp_path: Path) -> None:
+    # var -> /srv/state is the tree's own /srv/state, never this machine's; the missing
+    # folders are made there, each below its parent's descriptor. Through a dangling link
+    # no folder is made, as the writer makes none (docs/fix.md#safety).
+    fake_cli()
+    (tmp_path / "srv").mkdir()
+    (tmp_path / "var").symlink_to("/srv/state")
+    result = run_cli(["probe", "--size", "8MiB", "--seconds", "0.1", "--no-gpu", "--save"])
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "/var -> /srv/state" in result.stderr, result.stderr
+    assert list(tmp_path.joinpath("srv").iterdir()) == []
+    (tmp_path / "srv/state").mkdir()
+    result = run_cli(["probe", "--size", "8MiB", "--seconds", "0.1", "--no-gpu", "--save"])
+    assert result.exit_code == 0, result.output
+    saved = tmp_path / "srv/state/lib/strata-doctor/probe.json"
+    assert json.loads(saved.read_text())["schema"] == SCHEMA
+
+
 def test_ctrl_c_on_the_command_line_frees_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     made: List[FakeSystem] = []
 

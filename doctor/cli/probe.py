@@ -122,16 +122,18 @@ def save_result(root: Path, text: str) -> str:
     """Write the JSON atomically to ``/var/lib/strata-doctor/probe.json`` under ``root``."""
     from strata_doctor.facts.saved_probe import SAVED_PATH
     from strata_doctor.fix.apply import atomic_write
-    from strata_doctor.fix.steps import ApplyError
+    from strata_doctor.fix.steps import ApplyError, describe, make_folders
+    from strata_doctor.inroot import InRoot
     from strata_doctor.root import Root
 
     shown = str(root).rstrip("/") + SAVED_PATH
     host = Root(root)
     try:
-        os.makedirs(host.path(os.path.dirname(SAVED_PATH)), 0o755, exist_ok=True)
+        with InRoot(root) as tree:  # its folders made inside the root, as the writer makes them
+            make_folders(tree, os.path.dirname(SAVED_PATH))
         atomic_write(host, SAVED_PATH, text.encode(), 0o644)
-    except OSError as exc:
-        raise UsageFailure(f"cannot save {shown}: {exc.strerror or exc}") from None
+    except OSError as exc:  # the link or folder that stopped it named, as the writer names it
+        raise UsageFailure(f"cannot save {shown}: {describe(exc)}") from None
     except ApplyError as exc:  # a symlink in its place: never written through
         raise UsageFailure(f"cannot save {shown}: {exc}") from None
     return shown

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from typing import List, Optional, Sequence, Tuple
 
 from strata_doctor.context import HostContext
@@ -94,7 +95,9 @@ def preflight_script(root: Root) -> Tuple[str, str]:
     def runnable(path: str) -> bool:
         return os.path.isfile(path) and os.access(path, os.X_OK)
 
-    if runnable(str(root.path(script))):
+    # In the root it is looked at by descriptor, as every host path: no link leads out.
+    there = root.look(script, follow_last=True)
+    if there is not None and stat.S_ISREG(there.st_mode) and there.st_mode & 0o111:
         return script, "root"
     if not root.live and runnable(script):
         return script, "this machine"

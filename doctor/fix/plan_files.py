@@ -8,8 +8,6 @@ never an empty string in a unit file.
 from __future__ import annotations
 
 import difflib
-import errno
-import os
 import stat
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -142,37 +140,25 @@ def _merge_settings(path: str, contexts: List[Dict[str, Any]], problems: List[st
 
 
 def _with_current(root: Root, planned: PlannedFile, force: bool) -> PlannedFile:
-    real = root.path(planned.path)
-    try:
-        info = os.lstat(real)
-    except FileNotFoundError:
+    # Looked at and read through Root, by descriptor inside the root: a link swapped in
+    # for a folder on the way never leads the plan's read out of it. What this user may
+    # not see reads as absent here; the apply looks again before it writes.
+    info = root.look(planned.path)
+    if info is None:
         return planned
-    except OSError as exc:
-        return replace(planned, blocked=f"cannot inspect: {exc.strerror}")
     if stat.S_ISLNK(info.st_mode):
         return replace(planned, current=b"", blocked="is a symlink; strata-doctor never writes through one")
     if not stat.S_ISREG(info.st_mode):
         return replace(planned, current=b"", blocked="exists and is not a regular file")
-    current = read_no_follow(str(real))
-    mode = stat.S_IMODE(info.st_mode)
-    planned = replace(planned, current=current, current_mode=mode)
-    text = (current or b"").decode("utf-8", "replace")
+    current = root.read_bytes(planned.path)
+    if current is None:
+        return replace(planned, blocked=f"cannot inspect: {root.reads.get(planned.path) or 'unreadable'}")
+    planned = replace(planned, current=current, current_mode=stat.S_IMODE(info.st_mode))
+    text = current.decode("utf-8", "replace")
     if planned.changed and MANAGED_MARKER not in text and not force:
         return replace(planned, blocked="exists and was not written by strata-doctor; --force overwrites "
                        "it (the original is kept for --revert)")
     return planned
-
-
-def read_no_follow(path: str) -> Optional[bytes]:
-    """Read a file without following a symlink at its last component."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ELOOP):
-            return None
-        raise
-    with os.fdopen(fd, "rb") as handle:
-        return handle.read()
 
 
 def render_template(name: str, context: Dict[str, Any]) -> str:

@@ -277,3 +277,20 @@ def open_below(dir_fd: int, names: List[str]) -> int:
         if fd != dir_fd:
             os.close(fd)
         raise
+
+
+def make_folders(tree: InRoot, folder: str, mode: int = 0o755) -> None:
+    """Make ``folder`` and the folders missing above it inside the tree, each by name below
+    its parent's descriptor (as ``mkdir -p``, but a link swapped in never leads out; a
+    dangling link or a file in a folder's place is an ``OSError`` naming it)."""
+    existing, missing = tree.locate(folder)
+    fd = tree.open_dir(existing)
+    try:
+        for name in missing:
+            with contextlib.suppress(FileExistsError):  # made meanwhile by another run
+                os.mkdir(name, mode, dir_fd=fd)
+            below = os.open(name, DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = below
+    finally:
+        os.close(fd)
