@@ -290,3 +290,19 @@ def test_an_empty_path_is_a_usage_error(two_node_host: Path, command: str, optio
 def test_an_empty_fleet_output_is_a_usage_error(two_node_host: Path) -> None:
     line = usage_error(["check", "--root", str(two_node_host), "--format", "prometheus", "--output", ""])
     assert line == "strata-doctor: error: --output '': an empty path names nothing"
+
+
+# -- Ctrl-C ------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["check", "report", "numa-plan", "map"])
+def test_ctrl_c_is_no_verdict(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # click's "Aborted!" ended with 1, which a script reads as "not ready"; an interrupted
+    # run ends with 130, as a shell reports a command that SIGINT stopped.
+    from tests.conftest import seed_copy
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("strata_doctor.context.HostContext", interrupted)
+    result = run_cli([command, "--root", str(seed_copy(tmp_path / "h"))])
+    assert result.exit_code == 130, (result.exit_code, result.output)
+    assert result.stdout == "" and result.stderr == "strata-doctor: interrupted\n"

@@ -38,8 +38,14 @@ class LazyGroup(click.Group):
             return super().make_context(info_name, args, parent, **extra)
 
     def invoke(self, ctx: click.Context) -> Any:
-        with one_line_usage():  # the command's name, its options and arguments, its callbacks
-            return super().invoke(ctx)
+        try:
+            with one_line_usage():  # the command's name, its options and arguments, its callbacks
+                return super().invoke(ctx)
+        except KeyboardInterrupt:
+            # click says "Aborted!" and exits 1, which a script reads as "not ready": an
+            # interrupted run is no verdict, and ends with 130 as a shell reports SIGINT.
+            click.echo("strata-doctor: interrupted", err=True)
+            sys.exit(130)
 
     def list_commands(self, ctx: click.Context) -> List[str]:
         return sorted(LAZY_COMMANDS)
