@@ -201,6 +201,16 @@ def test_a_hard_link_at_the_top_is_refused(bundle: Path, tmp_path: Path) -> None
     assert f"'{TOP}/hard'" in line, line
 
 
+def test_a_member_listed_twice_is_refused_not_written_over(bundle: Path, tmp_path: Path) -> None:
+    # Every file of the replay is created new: a second member of the same name (here the
+    # host's meminfo, the second holding other bytes) is refused, never written over.
+    with tarfile.open(bundle) as tar:
+        name = next(n for n in tar.getnames() if n.endswith("/proc/meminfo"))
+    again = member(name[len(TOP) + 1:], data=b"MemTotal: 1 kB\n")
+    line = usage_error(["check", "--bundle", str(rebuild(bundle, tmp_path / "e.tar.gz", extra=[again]))])
+    assert f"member '{name}' appears twice" in line, line
+
+
 def test_a_document_that_is_a_link_is_refused(bundle: Path, tmp_path: Path) -> None:
     """``report.md`` and ``check.json`` are not listed: they may be read, so they must be files."""
     buffer = io.BytesIO()

@@ -322,9 +322,7 @@ def _extract(tar: tarfile.TarFile, members: List[tarfile.TarInfo], target: Path)
         else:
             dest.parent.mkdir(parents=True, exist_ok=True)
             source = tar.extractfile(member)
-            data = source.read() if source is not None else b""
-            dest.write_bytes(data)
-            os.chmod(dest, stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
+            _create(dest, member.name, source.read() if source is not None else b"")
     for member in links:
         dest = target / member.name
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -332,6 +330,19 @@ def _extract(tar: tarfile.TarFile, members: List[tarfile.TarInfo], target: Path)
         if os.path.lexists(dest):
             raise ValueError(f"member {member.name!r} appears twice")
         os.symlink(member.linkname, dest)
+
+
+def _create(dest: Path, name: str, data: bytes) -> None:
+    """Write a member's file, created new (``O_EXCL``, no link followed): a name listed twice
+    is refused, never written over."""
+    try:
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0), stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
+    except FileExistsError:
+        raise ValueError(f"member {name!r} appears twice") from None
+    os.fchmod(fd, 0o644)  # the umask must not narrow it: the replay only reads it
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
 
 
 def _check_inside(base: str, folder: Path) -> None:
