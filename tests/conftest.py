@@ -88,6 +88,20 @@ UNBOUND_UNIT = (
 )
 
 
+@pytest.fixture(params=["openat2", "walk"])
+def resolver(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each test twice: resolving with openat2(RESOLVE_IN_ROOT) where this kernel has it,
+    and with the portable component-by-component walk forced (docs/fix.md#safety)."""
+    from strata_doctor import inroot
+
+    inroot.use_openat2(request.param == "openat2")
+    if request.param == "openat2" and not inroot.openat2_available():
+        inroot.use_openat2(True)
+        pytest.skip("this kernel has no openat2")
+    yield request.param
+    inroot.use_openat2(True)
+
+
 @pytest.fixture
 def two_node_host(tmp_path: Path) -> Path:
     """A two-node host with the GPU on node 1 and an unbound, loaded engine unit."""

@@ -11,12 +11,11 @@ import os
 import shutil
 import stat
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, List, Tuple
 
 import pytest
 from click.testing import Result
 
-from strata_doctor import inroot
 from strata_doctor.inroot import InRoot
 from strata_doctor.root import Root
 from tests.conftest import HOSTS, run_cli, seed_copy
@@ -33,16 +32,6 @@ WRITTEN_FOLDERS = [
     "usr/local/bin",
     "var/lib/strata-doctor",
 ]
-
-
-@pytest.fixture(params=["openat2", "walk"])
-def resolver(request: pytest.FixtureRequest) -> Iterator[str]:
-    inroot.use_openat2(request.param == "openat2")
-    if request.param == "openat2" and not inroot.openat2_available():
-        inroot.use_openat2(True)
-        pytest.skip("this kernel has no openat2")
-    yield request.param
-    inroot.use_openat2(True)
 
 
 def _outside(tmp_path: Path) -> Tuple[Path, Dict[str, Tuple[str, int, bytes]]]:

@@ -31,16 +31,6 @@ SECRET = b"OUTSIDE-BYTES-7f3a"
 """A marker only the folder outside the root holds."""
 
 
-@pytest.fixture(params=["openat2", "walk"])
-def resolver(request: pytest.FixtureRequest) -> Iterator[str]:
-    inroot.use_openat2(request.param == "openat2")
-    if request.param == "openat2" and not inroot.openat2_available():
-        inroot.use_openat2(True)
-        pytest.skip("this kernel has no openat2")
-    yield request.param
-    inroot.use_openat2(True)
-
-
 # -- 1. a folder swapped for a link between two reads ------------------------------
 def _outside_copy(tree: Path, pid: str, outside: Path) -> None:
     """The process folder's files, copied outside the root, each marked with the secret."""

@@ -21,6 +21,7 @@ from strata_doctor.fix import steps as writer_steps
 from strata_doctor.fix.journal import INTERRUPTED, REVERT_INTERRUPTED
 from tests.conftest import run_cli, seed_copy
 from tests.test_fix_hosts import make_host, snapshot
+from tests.test_safety_interrupt import _one_line, _revert_all
 
 OLDER = "# Managed by strata-doctor\n# an older version of this file\n"
 REPLACED = ("etc/sysctl.d/81-strata-doctor.conf", "etc/systemd/system/strata.slice",
@@ -100,23 +101,6 @@ def _at(index: int) -> Hook:
             raise Killed()
 
     return hook
-
-
-def _one_line(result: Result) -> str:
-    assert result.exit_code == 2, result.stdout + result.stderr
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    return lines[0]
-
-
-def _revert_all(tree: Path, force: bool = False) -> None:
-    for _ in range(5):
-        result = run_cli(["fix", "--root", str(tree), "--revert", *(["--force"] if force else [])])
-        assert result.exit_code == 0, result.stdout + result.stderr
-        if "Nothing to revert" in result.stdout:
-            return
-    raise AssertionError("revert never reached 'Nothing to revert'")
 
 
 def _recovered(tree: Path, original: object, apply: List[str], where: str, later: bool = True) -> None:

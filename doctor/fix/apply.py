@@ -288,7 +288,7 @@ def write_in_tree(tree: InRoot, real: str, data: bytes, mode: int, owner: Option
         steps.remove_dead_temps(parent, name)
         temp = temp or steps.temp_name(name)
         steps.checkpoint("write-temp", shown)
-        _write_temp(parent, temp, data, mode, owner, shown)
+        steps.write_new(parent, temp, data, mode, owner, shown)
         problem = replace_problem(lstat_at(parent, name), over_link)
         if problem is not None:
             unlink_at(parent, temp)
@@ -299,25 +299,6 @@ def write_in_tree(tree: InRoot, real: str, data: bytes, mode: int, owner: Option
         os.fsync(parent)
     finally:
         os.close(parent)
-
-
-def _write_temp(parent: int, temp: str, data: bytes, mode: int, owner: Optional[Tuple[int, int]],
-                shown: str) -> None:
-    """Create ``temp`` new with ``data``, its owner, then its mode (a chown may clear
-    set-id bits), fsynced; removed again when a step fails."""
-    fd = steps.open_new(parent, temp)
-    try:
-        write_all(fd, data)
-        if owner is not None:
-            steps.keep_owner(fd, owner)
-        os.fchmod(fd, mode)
-        steps.checkpoint("fsync", shown)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        unlink_at(parent, temp)
-        raise
-    os.close(fd)
 
 
 def _host_temp(host_path: str) -> str:

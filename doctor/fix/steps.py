@@ -101,22 +101,34 @@ def write_at(dir_fd: int, name: str, data: bytes, mode: int) -> None:
     renamed over it (files nobody else reads: the journal, the originals, the records)."""
     remove_dead_temps(dir_fd, name)
     temp = temp_name(name)
-    fd = open_new(dir_fd, temp)
-    try:
-        write_all(fd, data)
-        os.fchmod(fd, mode)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        unlink_at(dir_fd, temp)
-        raise
-    os.close(fd)
+    write_new(dir_fd, temp, data, mode)
     try:
         refuse_replacing(dir_fd, name)
         os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         unlink_at(dir_fd, temp)
         raise
+
+
+def write_new(dir_fd: int, temp: str, data: bytes, mode: int, owner: Optional[Tuple[int, int]] = None,
+              shown: Optional[str] = None) -> None:
+    """Create ``temp`` new below ``dir_fd`` with ``data``, its owner, then its mode (a chown
+    may clear set-id bits), fsynced; removed again when a step fails. ``shown``: the path a
+    checkpoint before the fsync names (the apply's targets)."""
+    fd = open_new(dir_fd, temp)
+    try:
+        write_all(fd, data)
+        if owner is not None:
+            keep_owner(fd, owner)
+        os.fchmod(fd, mode)
+        if shown is not None:
+            checkpoint("fsync", shown)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        unlink_at(dir_fd, temp)
+        raise
+    os.close(fd)
 
 
 # -- files created new ----------------------------------------------------------------
