@@ -248,7 +248,7 @@ def _read_default(root: Root) -> Optional[Tuple[str, str]]:
     """(where it is shown, text) of /etc/strata-doctor.yaml under the root; None when there is
     none. Its kind and size are asked before Root reads it (on the live host Root's open
     would wait on a FIFO); under a captured root Root itself refuses what is not a file."""
-    source = str(root.path(DEFAULT_CONFIG)) if not root.live else DEFAULT_CONFIG
+    source = str(root.base).rstrip("/") + DEFAULT_CONFIG if not root.live else DEFAULT_CONFIG
     status = _default_status(root)
     if status is not None and not stat.S_ISLNK(status[0]):  # a link is followed by the read
         _small_regular(status, source)

@@ -295,3 +295,22 @@ def test_every_revert_kill_point_recovers(tmp_path: Path, monkeypatch: pytest.Mo
         else:
             assert again.exit_code in (0, 1), f"{where}: {again.stderr}"
         _recovered(tree, original, apply, where, later=again.exit_code == 2)
+
+
+@pytest.mark.parametrize("setup", ["etc-loop", "bad-config"])
+def test_a_refused_tree_or_config_leaves_no_state_folder(tmp_path: Path, setup: str) -> None:
+    # The lock is taken before the checks run; a tree or config refused while it is held
+    # (etc -> /etc is a loop inside the root, so its config cannot be read) must not leave
+    # var/lib/strata-doctor behind.
+    tree = seed_copy(tmp_path / "h")
+    args = ["fix", "--root", str(tree), "--yes", "--apply"]
+    if setup == "etc-loop":
+        shutil.rmtree(tree / "etc")
+        (tree / "etc").symlink_to("/etc")
+    else:
+        (tmp_path / "bad.yaml").write_text("arena: [1, 2]\n")
+        args += ["--config", str(tmp_path / "bad.yaml")]
+    before = sorted(str(p.relative_to(tree)) for p in tree.rglob("*"))
+    line = _one_line(run_cli(args))
+    assert ".strata-doctor/unresolvable" not in line, line
+    assert sorted(str(p.relative_to(tree)) for p in tree.rglob("*")) == before

@@ -106,14 +106,18 @@ def _show(options: Any, numa: Optional[str], asked: Any, fmt: str) -> int:
 def _apply(options: Any, numa: Optional[str], asked: Any, fmt: str, wait: bool, yes: bool) -> int:
     """Plan under the lock and carry the plan out; the exit code."""
     from strata_doctor.fix.journal import refuse_unfinished
-    from strata_doctor.fix.lock import Lock
+    from strata_doctor.fix.lock import Lock, drop_state_quietly
     from strata_doctor.fix.steps import ApplyError
     from strata_doctor.root import Root
 
     try:
         with Lock(Root(options.root), wait=wait) as lock:  # before planning: see the module doc
             refuse_unfinished(lock)
-            root, ctx, before, plan = _plan(options, numa, asked)
+            try:
+                root, ctx, before, plan = _plan(options, numa, asked)
+            except BaseException:  # a refused config or tree: the lock's folder goes again
+                drop_state_quietly(lock)
+                raise
             return _apply_locked(root, ctx, before, plan, lock, options, fmt, yes)
     except ApplyError as exc:
         raise UsageFailure(str(exc)) from None
