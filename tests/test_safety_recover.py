@@ -15,13 +15,11 @@ from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
 import pytest
-from click.testing import Result
 
-from strata_doctor.fix import steps as writer_steps
 from strata_doctor.fix.journal import INTERRUPTED, REVERT_INTERRUPTED
 from tests.conftest import run_cli, seed_copy
 from tests.test_fix_hosts import make_host, snapshot
-from tests.test_safety_interrupt import _one_line, _revert_all
+from tests.test_safety_interrupt import _cli, _one_line, _revert_all
 
 OLDER = "# Managed by strata-doctor\n# an older version of this file\n"
 REPLACED = ("etc/sysctl.d/81-strata-doctor.conf", "etc/systemd/system/strata.slice",
@@ -77,14 +75,6 @@ APPLY = {"replacing": ["--reserve-node"], "var-to-root": ["--reserve-node", "--p
 
 
 # -- running it ---------------------------------------------------------------------------
-def _cli(monkeypatch: pytest.MonkeyPatch, hook: Optional[Hook], args: List[str]) -> Result:
-    monkeypatch.setattr(writer_steps, "checkpoint", hook or (lambda step, path: None))
-    try:
-        return run_cli(args)
-    finally:
-        monkeypatch.setattr(writer_steps, "checkpoint", lambda step, path: None)
-
-
 def _record(monkeypatch: pytest.MonkeyPatch, args: List[str]) -> List[Tuple[str, str]]:
     seen: List[Tuple[str, str]] = []
     result = _cli(monkeypatch, lambda step, path: seen.append((step, path)), args)
