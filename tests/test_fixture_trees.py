@@ -35,7 +35,7 @@ def _generator() -> ModuleType:
 
 
 MAKE_HOSTS = _generator()
-HOST_NAMES: List[str] = sorted(fn.__name__.replace("_", "-") for fn in MAKE_HOSTS.MODELS)
+HOST_NAMES: List[str] = MAKE_HOSTS.host_names()
 
 
 def _snapshot(top: Path) -> Dict[str, Tuple[str, bytes]]:
