@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import FrozenSet, Iterator, Optional, Tuple
+from typing import FrozenSet, Iterator, List, Optional, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
+from strata_doctor.facts.numa import NumaNode
 from strata_doctor.facts.parse import format_bytes
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.rules.memory import ArenaRoom, engine_held, host_room, node_room, spill_node
+
+NODE_DIR = "/sys/devices/system/node"
 
 
 class ArenaFit(Check):
@@ -19,10 +22,14 @@ class ArenaFit(Check):
     9.07 GiB to spare. Both verdicts are one sentence: the sum, ``fits`` or ``does not
     fit``, the node's MemTotal, and what is to spare or short.
     Reads ``/sys/devices/system/node/nodeN/meminfo`` (MemTotal, MemFree) for the planned
-    node(s), or ``/proc/meminfo`` on a host with one node. Memory the running engine
-    already holds on the node counts as available to it. When the need exceeds MemTotal the
-    excess spills to the next node with a preferred policy; the finding says how much and
-    where. Skipped when no arena size is known (``--arena`` or ``arena:``).
+    node(s). With no planned node (no compute GPU, one node, or ``numa: off``) the whole
+    host counts: ``/proc/meminfo``'s MemTotal, or, in a capture without it, the sum of every
+    node's MemTotal; on two or more nodes the finding names the node with the most MemFree,
+    where the engine's memory would best go. Memory the running engine already holds on the
+    node counts as available to it. When the need exceeds MemTotal the excess spills to the
+    next node with a preferred policy; the finding says how much and where. A size the tree
+    does not show is unknown, naming the file. Skipped when no arena size is known
+    (``--arena`` or ``arena:``).
     """
 
     id = "arena-fit"
@@ -38,15 +45,12 @@ class ArenaFit(Check):
         config = ctx.config
         pinned = config.pinned_bytes or 0
         need = pinned + config.headroom_bytes
-        plan = ctx.binding_plan
-        room = node_room(ctx.numa, plan) or host_room(ctx.meminfo)
+        room = node_room(ctx.numa, ctx.binding_plan) or host_room(ctx.meminfo, ctx.numa)
         nodes, total, where, evidence = room.nodes, room.total, self._where(room), self._evidence(room)
         if total is None:
-            yield self.finding("unknown-memory", Severity.WARNING,
-                               "cannot read the memory size of the target node")
+            yield self._unknown(ctx, room)
             return
         held = engine_held(ctx.engine_process, nodes)
-        available = (room.free or 0) + held
         # One sentence for both verdicts: the sum, the verdict, the node, the difference.
         arith = (
             f"arena {format_bytes(config.arena_bytes or 0)} + K/V {format_bytes(config.kv_bytes)}"
@@ -57,16 +61,20 @@ class ArenaFit(Check):
             yield self.finding(
                 "does-not-fit", Severity.ERROR,
                 f"{arith} does not fit {where} ({format_bytes(total)}): {format_bytes(short)} short",
-                detail=self._spill(ctx, nodes, short),
+                detail=_sentences(self._counted(ctx, room), self._spill(ctx, nodes, short),
+                                  self._preferred(room)),
                 evidence=evidence,
             )
             return
         yield self.finding(
             "fits", Severity.OK,
             f"{arith} fits {where} ({format_bytes(total)}): {format_bytes(total - need)} to spare",
+            detail=_sentences(self._counted(ctx, room), self._preferred(room)),
             evidence=evidence,
         )
-        if need > available:
+        # MemFree that no meminfo gives is unknown: no claim about it either way.
+        available = None if room.free is None else room.free + held
+        if available is not None and need > available:
             yield self.finding(
                 "low-free", Severity.WARNING,
                 f"only {format_bytes(available)} of {where} is free for the engine now, "
@@ -74,6 +82,51 @@ class ArenaFit(Check):
                 detail=self._low_free_detail(ctx, nodes, held),
                 evidence=evidence,
             )
+
+    def _unknown(self, ctx: HostContext, room: ArenaRoom) -> Finding:
+        """The size is not in the tree: which node or host, and which files say nothing."""
+        ids = room.unread or tuple(sorted(room.nodes))
+        named = ("node " if len(ids) == 1 else "nodes ") + ",".join(map(str, ids))
+        what = "this host" if room.host else named
+        files: List[Tuple[str, str]] = []
+        if room.host:
+            files.append(("/proc/meminfo", self._why(ctx, "/proc/meminfo")))
+            if not ctx.numa.nodes:
+                files.append((NODE_DIR, "lists no node"))
+        files.extend((f"{NODE_DIR}/node{n}/meminfo", self._why(ctx, f"{NODE_DIR}/node{n}/meminfo"))
+                     for n in room.unread)
+        reasons = "; ".join(f"{path} {why}" for path, why in files)
+        return self.finding(
+            "unknown-memory", Severity.WARNING,
+            f"cannot read the memory size of {what}: {reasons}",
+            detail="Without MemTotal the tool cannot tell whether the arena fits; it does not guess.",
+            evidence=tuple(Evidence(path, why) for path, why in files),
+        )
+
+    def _why(self, ctx: HostContext, path: str) -> str:
+        why = ctx.why_unread(path)
+        if why is None:
+            return "gives no MemTotal"
+        return "is missing" if why == "missing" else f"is unreadable ({why})"
+
+    def _counted(self, ctx: HostContext, room: ArenaRoom) -> str:
+        """Which memory was counted, when it is not the planned nodes' (whose evidence says)."""
+        if room.host and room.source == "nodes":
+            why = self._why(ctx, "/proc/meminfo")
+            count = len(room.counted)
+            whose = "its one node's MemTotal" if count == 1 else f"its {count} nodes' MemTotal, summed"
+            return f"The host's size is {whose}: /proc/meminfo {why}."
+        return ""
+
+    def _preferred(self, room: ArenaRoom) -> str:
+        node = room.preferred
+        if node is None:
+            return ""
+        return (
+            f"No node is planned; the one with the most free memory, where the engine's memory "
+            f"would best go, is node {node.id} (MemFree {format_bytes(node.memory_free or 0)} of "
+            f"MemTotal {format_bytes(node.memory_total or 0)})."
+        )
 
     def _low_free_detail(self, ctx: HostContext, nodes: FrozenSet[int], held: int) -> str:
         pooled = self._pool_bytes(ctx, nodes)
@@ -103,15 +156,12 @@ class ArenaFit(Check):
         return ("node " if len(room.counted) == 1 else "nodes ") + room.nodes_text
 
     def _evidence(self, room: ArenaRoom) -> Tuple[Evidence, ...]:
-        if room.host:
-            return (Evidence("/proc/meminfo", f"MemTotal={format_bytes(room.total or 0)}"),)
-        return tuple(
-            Evidence(
-                f"/sys/devices/system/node/node{n.id}/meminfo",
-                f"MemTotal={format_bytes(n.memory_total or 0)} MemFree={format_bytes(n.memory_free or 0)}",
-            )
-            for n in room.counted
-        )
+        if room.source == "/proc/meminfo":
+            found = [Evidence("/proc/meminfo", f"MemTotal={format_bytes(room.total or 0)}")]
+            if room.preferred is not None:
+                found.append(_node_evidence(room.preferred))
+            return tuple(found)
+        return tuple(_node_evidence(n) for n in room.counted)
 
     def _spill(self, ctx: HostContext, nodes: FrozenSet[int], short: int) -> str:
         if not nodes:
@@ -125,3 +175,17 @@ class ArenaFit(Check):
             f"(distance {distance}): those experts are read remotely. Reduce the arena or the "
             "K/V cache, or bind to more nodes."
         )
+
+
+def _sentences(*parts: str) -> str:
+    """The detail's sentences, each ending with its own full stop, one space apart."""
+    return " ".join(part.strip() for part in parts if part.strip())
+
+
+def _node_evidence(node: NumaNode) -> Evidence:
+    """A node's meminfo as read; a value the file does not give is said to be unknown."""
+    free = "unknown" if node.memory_free is None else format_bytes(node.memory_free)
+    return Evidence(
+        f"{NODE_DIR}/node{node.id}/meminfo",
+        f"MemTotal={format_bytes(node.memory_total or 0)} MemFree={free}",
+    )

@@ -31,6 +31,7 @@ from strata_doctor.facts.engine import (
 from strata_doctor.facts.gpu import Gpu, read_gpus
 from strata_doctor.facts.hugepage_pools import NodePool, read_node_pools
 from strata_doctor.facts.hugepages import HugepageFacts, detect_container, read_hugepages
+from strata_doctor.facts.isolation import IsolationFacts, read_isolation
 from strata_doctor.facts.meminfo import read_meminfo
 from strata_doctor.facts.numa import NumaFacts, read_numa
 from strata_doctor.facts.nvidia_smi import SmiGpuState, read_smi_query, read_smi_states
@@ -43,8 +44,9 @@ from strata_doctor.facts.units import RESERVED_UNITS, unit_settings
 from strata_doctor.root import Root
 from strata_doctor.rules.binding import BindingPlan, BindingState, assess, plan_for
 from strata_doctor.rules.gpu import GpuPlacement, choose_compute_gpu, place_gpu
+from strata_doctor.rules.isolation import IsolationVerdict, assess_isolation, planned_cpus, service_cpus
 from strata_doctor.rules.limits import tightest_limits
-from strata_doctor.rules.memory import arena_headroom
+from strata_doctor.rules.memory import arena_headroom, host_room
 from strata_doctor.rules.oomd import Exposure, assess_exposure
 from strata_doctor.rules.pool import PoolAssessment, assess_pool
 from strata_doctor.rules.trap import TrapVerdict, assess_trap
@@ -174,7 +176,8 @@ class HostContext:
     def binding_plan(self) -> Optional[BindingPlan]:
         """Where the engine should run; None when there is nothing to bind to."""
         return plan_for(self.numa, self.target_node, self.config,
-                        lambda: self.root.read_value("/proc/sys/kernel/osrelease"))
+                        lambda: self.root.read_value("/proc/sys/kernel/osrelease"),
+                        self.cpu_isolation.domain_isolated or frozenset())
 
     @cached_property
     def arena_headroom(self) -> Optional[Tuple[str, int]]:
@@ -183,7 +186,8 @@ class HostContext:
         if self.config.pinned_bytes is None:
             return None
         plan = self.binding_plan if self.numa.nodes else None
-        mem_total = self.meminfo.get("MemTotal") if plan is None else None
+        # The host's size as arena-fit counts it: /proc/meminfo, else the nodes' sum.
+        mem_total = host_room(self.meminfo, self.numa).total if plan is None else None
         return arena_headroom(self.config, self.numa, plan, mem_total)
 
     @cached_property
@@ -296,7 +300,32 @@ class HostContext:
         online = self.numa.online_cpus or frozenset(c for c, _ in self.cpu.package_of)
         if proc is not None and proc.cpus_allowed and proc.cpus_allowed < online:
             return proc.cpus_allowed, "the running engine's allowed CPUs"
-        return online, "the host"
+        usable = online if self.engine_cpu_setting else service_cpus(self.cpu_isolation, online)
+        return (online, "the host") if usable == online else (usable, "every service")
+
+    @cached_property
+    def cpu_isolation(self) -> IsolationFacts:
+        """Isolated and nohz_full CPUs, and systemd's default CPU affinity."""
+        return read_isolation(self.root)
+
+    @cached_property
+    def engine_cpu_setting(self) -> Optional[str]:
+        """The engine unit's own ``CPUAffinity=``/``AllowedCPUs=`` (loaded, else in its
+        files), which escapes systemd's default affinity; None when it sets neither."""
+        for key in ("CPUAffinity", "AllowedCPUs"):
+            if self.unit.get(key).strip():
+                return f"{key}={self.unit.get(key).strip()}"
+        files = self.configured_binding
+        if files.cpu_affinity:
+            return f"CPUAffinity={format_cpulist(files.cpu_affinity)}"
+        return f"AllowedCPUs={format_cpulist(files.allowed_cpus)}" if files.allowed_cpus else None
+
+    @cached_property
+    def isolation(self) -> IsolationVerdict:
+        """The engine's planned CPUs against isolated CPUs and systemd's default affinity."""
+        online = self.numa.online_cpus or frozenset(c for c, _ in self.cpu.package_of)
+        planned = planned_cpus(self.numa, self.binding_plan, online)
+        return assess_isolation(self.cpu_isolation, planned, online, self.engine_cpu_setting)
 
     @cached_property
     def thread_siblings(self) -> ThreadSiblings:

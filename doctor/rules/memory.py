@@ -1,12 +1,13 @@
-"""Ordinary memory around the engine's start: what is left after it (:func:`project_memory`)
-and the room the arena has on its node (:func:`arena_headroom`, :func:`node_room`).
+"""Ordinary memory around the engine's start: what is left after it (:func:`project_memory`),
+what the compute GPU pins (:func:`gpu_pinned`) and the room the arena has on its node
+(:func:`arena_headroom`, :func:`node_room`).
 
 The pool's arithmetic is :mod:`strata_doctor.rules.pool`, the seed's trap
 :mod:`strata_doctor.rules.trap`; :class:`~strata_doctor.context.HostContext` keeps each
 answer for the host.
 """
 
-from typing import FrozenSet, Mapping, NamedTuple, Optional, Tuple
+from typing import FrozenSet, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from strata_doctor.config import EngineConfig
 from strata_doctor.facts.engine import EngineProcess
@@ -94,21 +95,44 @@ def project_memory(
                             footprint=need > pinned)
 
 
+class GpuPinned(NamedTuple):
+    """The arena and K/V as the engine registers them with its compute GPU."""
+
+    gpu: str
+    """The compute GPU's PCI address."""
+    size: Optional[int]
+    """Arena + K/V in bytes; None without an arena size."""
+
+
+def gpu_pinned(config: EngineConfig, gpu: Optional[str]) -> Optional[GpuPinned]:
+    """The arena and K/V pinned for the compute GPU at ``gpu`` (the engine registers both
+    with ``cudaHostRegister`` whenever it has a compute GPU); None without one.
+
+    Pinned pages stay in RAM until the engine unregisters them or exits: reclaim neither
+    swaps nor drops them, so no projection may count them as memory the kernel can take
+    back while the engine runs. Its restart frees them, as it frees the rest of its memory.
+    """
+    if gpu is None:
+        return None
+    return GpuPinned(gpu, config.pinned_bytes)
+
+
 # -- the arena on its node(s) ---------------------------------------------------------------
 def arena_headroom(
     config: EngineConfig, numa: NumaFacts, plan: Optional[BindingPlan], mem_total: Optional[int],
 ) -> Optional[Tuple[str, int]]:
     """(nodes, bytes left) on the planned node(s) after arena, K/V and headroom, as the
-    arena-fit check computes it; negative when it does not fit; None without an arena.
-    ``plan`` None (or a host without NUMA facts) compares with ``mem_total`` (MemTotal)."""
+    arena-fit check computes it; negative when it does not fit; None without an arena or
+    when a counted node's size is unknown. ``plan`` None (or a host without NUMA facts)
+    compares with ``mem_total``, the host's size (:func:`host_room`)."""
     pinned = config.pinned_bytes
     if pinned is None:
         return None
     need = pinned + config.headroom_bytes
-    if plan is None or not numa.nodes:
+    room = node_room(numa, plan)
+    if room is None:
         return ("all", mem_total - need) if mem_total is not None else None
-    total = sum(n.memory_total or 0 for n in numa.nodes if n.id in plan.mem_nodes)
-    return plan.nodes_text, total - need
+    return (room.nodes_text, room.total - need) if room.total is not None else None
 
 
 class ArenaRoom(NamedTuple):
@@ -117,15 +141,25 @@ class ArenaRoom(NamedTuple):
     nodes: FrozenSet[int]
     """The planned memory nodes; empty when the whole host counts."""
     counted: Tuple[NumaNode, ...]
-    """The NUMA nodes whose memory is counted; empty for the whole host."""
+    """The NUMA nodes whose memory is counted; empty when ``/proc/meminfo`` counts."""
     nodes_text: str
     """The planned nodes as the plan writes them (``1`` or ``0,1``); empty for the whole host."""
     total: Optional[int]
     """MemTotal of the node(s) or the host; None when unreadable."""
     free: Optional[int]
-    """MemFree of the node(s), MemAvailable (MemFree without it) of the host."""
+    """MemFree of the node(s), MemAvailable (MemFree without it) of the host; None when a
+    counted meminfo does not say."""
     host: bool = False
     """Whether the whole host counts (no binding plan, or no NUMA facts)."""
+    source: str = "nodes"
+    """Where ``total`` comes from: ``nodes`` (the counted nodes' meminfo, summed) or
+    ``/proc/meminfo``."""
+    unread: Tuple[int, ...] = ()
+    """Nodes to count whose meminfo gives no MemTotal (absent or unreadable); ``total`` is
+    None when there is any, as an unknown node is never taken for an empty one."""
+    preferred: Optional[NumaNode] = None
+    """With no planned node, on a host of two or more nodes: the one with the most MemFree,
+    where the engine's memory would best go; None when no node says its MemFree."""
 
 
 def node_room(numa: NumaFacts, plan: Optional[BindingPlan]) -> Optional[ArenaRoom]:
@@ -133,15 +167,43 @@ def node_room(numa: NumaFacts, plan: Optional[BindingPlan]) -> Optional[ArenaRoo
     if plan is None or not numa.nodes:
         return None
     counted = tuple(n for n in numa.nodes if n.id in plan.mem_nodes)
-    total = sum(n.memory_total or 0 for n in counted)
-    free = sum(n.memory_free or 0 for n in counted)
-    return ArenaRoom(plan.mem_nodes, counted, plan.nodes_text, total, free)
+    unread = tuple(n.id for n in counted if n.memory_total is None)
+    total = _known_sum([n.memory_total for n in counted]) if counted else None
+    free = _known_sum([n.memory_free for n in counted])
+    return ArenaRoom(plan.mem_nodes, counted, plan.nodes_text, total, free, unread=unread)
 
 
-def host_room(meminfo: Mapping[str, int]) -> ArenaRoom:
-    """The whole host's memory, from ``/proc/meminfo``."""
-    free = meminfo.get("MemAvailable", meminfo.get("MemFree"))
-    return ArenaRoom(frozenset(), (), "", meminfo.get("MemTotal"), free, host=True)
+def host_room(meminfo: Mapping[str, int], numa: NumaFacts) -> ArenaRoom:
+    """The whole host's memory: ``/proc/meminfo``'s MemTotal, else (a capture of ``sys/``
+    alone) the sum of every node's MemTotal; unknown when neither tells."""
+    preferred = preferred_node(numa)
+    total = meminfo.get("MemTotal")
+    if total is not None:
+        free = meminfo.get("MemAvailable", meminfo.get("MemFree"))
+        return ArenaRoom(frozenset(), (), "", total, free, host=True, source="/proc/meminfo",
+                         preferred=preferred)
+    unread = tuple(n.id for n in numa.nodes if n.memory_total is None)
+    total = _known_sum([n.memory_total for n in numa.nodes]) if numa.nodes else None
+    free = _known_sum([n.memory_free for n in numa.nodes]) if numa.nodes else None
+    return ArenaRoom(frozenset(), numa.nodes, "", total, free, host=True, unread=unread,
+                     preferred=preferred)
+
+
+def preferred_node(numa: NumaFacts) -> Optional[NumaNode]:
+    """The node with the most MemFree (the lowest id of equals), on a host of two or more
+    nodes with memory; None on one node, where there is no choice, or when none says."""
+    with_memory = [n for n in numa.nodes if n.has_memory]
+    told = [n for n in with_memory if n.memory_free is not None]
+    if len(with_memory) < 2 or not told:
+        return None
+    return max(told, key=lambda n: (n.memory_free or 0, -n.id))
+
+
+def _known_sum(values: Sequence[Optional[int]]) -> Optional[int]:
+    """The sum, or None when any value is unknown (an unknown is never counted as 0)."""
+    if any(value is None for value in values):
+        return None
+    return sum(value or 0 for value in values)
 
 
 def engine_held(engine: Optional[EngineProcess], nodes: FrozenSet[int]) -> int:
