@@ -37,6 +37,7 @@ from strata_doctor.facts.numa import NumaFacts, read_numa
 from strata_doctor.facts.nvidia_smi import SmiGpuState, read_smi_query, read_smi_states
 from strata_doctor.facts.oomd import OomdFacts, read_oomd, read_oomd_active
 from strata_doctor.facts.pagecache import NodeCache, read_node_cache
+from strata_doctor.facts.parse import format_cpulist
 from strata_doctor.facts.processes import ProcessInfo, find_engine_pid, read_processes, read_uptime
 from strata_doctor.facts.saved_probe import SAVED_PATH, SavedProbe, read_saved
 from strata_doctor.facts.thp import ThpFacts, read_thp
@@ -300,8 +301,10 @@ class HostContext:
         online = self.numa.online_cpus or frozenset(c for c, _ in self.cpu.package_of)
         if proc is not None and proc.cpus_allowed and proc.cpus_allowed < online:
             return proc.cpus_allowed, "the running engine's allowed CPUs"
-        usable = online if self.engine_cpu_setting else service_cpus(self.cpu_isolation, online)
-        return (online, "the host") if usable == online else (usable, "every service")
+        usable = service_cpus(self.cpu_isolation, online)  # a unit that sets no affinity
+        if usable == online or self.engine_cpu_setting:
+            return online, "the host"
+        return usable, "every service"
 
     @cached_property
     def cpu_isolation(self) -> IsolationFacts:

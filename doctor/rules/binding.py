@@ -65,12 +65,13 @@ def kernel_at_least(release: Optional[str], major: int, minor: int) -> bool:
 
 def plan_for(
     numa: NumaFacts, target: Optional[int], config: EngineConfig,
-    kernel_release: Callable[[], Optional[str]],
+    kernel_release: Callable[[], Optional[str]], isolated: FrozenSet[int] = frozenset(),
 ) -> Optional[BindingPlan]:
     """The binding plan for a host; None when there is nothing to bind to.
 
     ``target`` is the node the engine should use (``ctx.target_node``); ``kernel_release``
-    gives ``/proc/sys/kernel/osrelease``, asked only when the arena needs a socket's nodes.
+    gives ``/proc/sys/kernel/osrelease``, asked only when the arena needs a socket's nodes;
+    ``isolated`` are the CPUs the scheduler does not balance onto (:func:`leave_out_isolated`).
     ``ctx.binding_plan`` keeps the answer for a host.
     """
     node = numa.node(target) if target is not None else None
@@ -88,10 +89,39 @@ def plan_for(
     spread = socket_spread(numa, node.id, cpu_node, mem_nodes, config, kernel_release)
     if spread is None:
         cpu_nodes = frozenset({cpu_node.id})
-        return BindingPlan(mem_nodes, cpu_nodes, cpus_of(numa, cpu_nodes), "preferred", tuple(reasons))
+        cpus = leave_out_isolated(cpus_of(numa, cpu_nodes), isolated, cpu_nodes, reasons)
+        return BindingPlan(mem_nodes, cpu_nodes, cpus, "preferred", tuple(reasons))
     reasons.append(spread.reason)
-    return BindingPlan(spread.nodes, spread.nodes, cpus_of(numa, spread.nodes), spread.policy,
-                       tuple(reasons))
+    cpus = leave_out_isolated(cpus_of(numa, spread.nodes), isolated, spread.nodes, reasons)
+    return BindingPlan(spread.nodes, spread.nodes, cpus, spread.policy, tuple(reasons))
+
+
+def leave_out_isolated(
+    cpus: FrozenSet[int], isolated: FrozenSet[int], nodes: FrozenSet[int], reasons: List[str],
+) -> FrozenSet[int]:
+    """The plan's CPUs less the isolated ones, with the plan's line for it.
+
+    An isolated CPU gets no load balancing: an unpinned thread there stays where it
+    started, and the kernel keeps every service off it by default, so the plan takes the
+    node's other CPUs. When every CPU of the nodes is isolated they stay, and the line
+    says the pool runs there only with each thread pinned to its own CPU.
+    """
+    off = cpus & isolated
+    if not off:
+        return cpus
+    where = f"node(s) {node_list(nodes)}"
+    if off == cpus:
+        reasons.append(
+            f"every CPU of {where} is isolated ({format_cpulist(off)}: no load balancing), so the "
+            "pool runs there only with each thread pinned to its own CPU; unpinned, all its threads "
+            "stay on the one CPU the engine starts on"
+        )
+        return cpus
+    reasons.append(
+        f"CPUs {format_cpulist(off)} of {where} are isolated (no load balancing); the plan "
+        f"leaves them out and keeps {len(cpus) - len(off)} of {len(cpus)} CPUs"
+    )
+    return cpus - off
 
 
 class SocketSpread(NamedTuple):
