@@ -2,6 +2,7 @@
 
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
+from strata_doctor.facts.cpu_states import cpu_states, read_cpu_state_files
 from strata_doctor.facts.meminfo import parse_meminfo
 from strata_doctor.facts.parse import (
     MAX_CPU,
@@ -72,15 +73,16 @@ class NumaFacts(NamedTuple):
     nodes: Tuple[NumaNode, ...]
     """Nodes in id order; empty when the kernel exposes no NUMA directories."""
     online_cpus: FrozenSet[int]
-    """From ``/sys/devices/system/cpu/online`` (else the nodes' CPUs)."""
+    """From ``/sys/devices/system/cpu/online`` (else the ``cpuN`` folders, else the nodes'
+    CPUs, less each ``cpuN/online`` that reads 0)."""
     offline_cpus: FrozenSet[int]
-    """From ``/sys/devices/system/cpu/offline`` (without ``cpu/online``, also each ``cpuN/online``
-    that reads 0)."""
+    """Present CPUs that are not online (``cpu/present``, else the ``cpuN`` folders, less
+    :attr:`online_cpus`); ``cpu/offline`` also names possible CPUs that are not present."""
     quirks: Tuple[str, ...]
     """Firmware or kernel oddities seen while reading, one line each."""
     offline_source: str = "/sys/devices/system/cpu/offline"
-    """Where ``offline_cpus`` came from: ``cpu/offline``, or ``cpu*/online`` when a capture
-    without ``cpu/online`` says it per CPU."""
+    """The file that names every CPU of ``offline_cpus``: ``cpu/offline``, ``cpu*/online``
+    (each CPU's own file), ``cpu/present`` or ``cpu*`` (the folders) less the online CPUs."""
 
     def node(self, node_id: int) -> Optional[NumaNode]:
         """The node with this id, if present."""
@@ -109,11 +111,9 @@ def read_numa(root: Root) -> NumaFacts:
         for name in root.listdir(NODE_DIR)
         if name.startswith("node") and name[4:].isdigit()
     )
-    online = parse_cpulist(root.read(f"{CPU_DIR}/online") or "")
-    offline = parse_cpulist(root.read(f"{CPU_DIR}/offline") or "")
     raw = [_read_node(root, node_id) for node_id in ids]
     quirks = _cpumap_quirks(root, raw)
-    online, offline, offline_source = _cpu_states(root, raw, online, offline)
+    online, offline, offline_source = _cpu_states(root, raw)
     nodes = []
     for node_id, cpus, source, meminfo, row in raw:
         distances = _pair_distances(node_id, ids, row, quirks)
@@ -148,48 +148,11 @@ def _cpumap_quirks(root: Root, raw: List[_RawNode]) -> List[str]:
     ]
 
 
-def _cpu_states(root: Root, raw: List[_RawNode], online: FrozenSet[int],
-                offline: FrozenSet[int]) -> _CpuStates:
-    """The online and offline CPUs from ``cpu/online`` and ``cpu/offline`` as read, filled in
-    where a trimmed or old sysfs lacks them: from the nodes, each ``cpuN/online``, or the
-    ``cpuN`` folders."""
-    if not online:
-        online = frozenset().union(*(cpus for _, cpus, _, _, _ in raw)) - offline
-    states = (online, offline, f"{CPU_DIR}/offline")
-    if root.read(f"{CPU_DIR}/online") is None:
-        states = _per_cpu_states(root, states)
-    online, offline, offline_source = states
-    if not online:
-        # Old or trimmed sysfs without cpu/online: the cpuN folders still list the CPUs.
-        online = frozenset(_cpu_folders(root)) - offline
-    return online, offline, offline_source
-
-
-def _per_cpu_states(root: Root, states: _CpuStates) -> _CpuStates:
-    """Old or trimmed sysfs without cpu/online: each cpuN/online still says 0 for an offline
-    CPU (lstopo drops those); a CPU without the file (cpu0) is online."""
-    online, offline, offline_source = states
-    per_cpu = _per_cpu_online(root)
-    if per_cpu is None:
-        return states
-    present, down = per_cpu
-    if not down <= offline:
-        offline_source = f"{CPU_DIR}/cpu*/online"
-    offline = offline | down
-    return (online or present) - offline, offline, offline_source
-
-
-def _cpu_folders(root: Root) -> List[int]:
-    """The CPU of each ``cpuN`` folder, in the folder's listing order."""
-    return [int(name[3:]) for name in root.listdir(CPU_DIR) if name.startswith("cpu") and name[3:].isdigit()]
-
-
-def _per_cpu_online(root: Root) -> Optional[Tuple[FrozenSet[int], FrozenSet[int]]]:
-    """(every cpuN folder, those whose ``cpuN/online`` reads 0); None when no CPU is offline
-    that way, so that the common tree is read as before."""
-    cpus = _cpu_folders(root)
-    down = frozenset(cpu for cpu in cpus if root.read_value(f"{CPU_DIR}/cpu{cpu}/online") == "0")
-    return (frozenset(cpus), down) if down else None
+def _cpu_states(root: Root, raw: List[_RawNode]) -> _CpuStates:
+    """Online and offline CPUs as :mod:`~strata_doctor.facts.cpu_states` reads them (offline:
+    present and not online); the nodes' CPUs stand in for a tree without ``cpuN`` folders."""
+    states = cpu_states(read_cpu_state_files(root), frozenset().union(*(cpus for _, cpus, _, _, _ in raw)))
+    return states.online, states.offline, states.offline_source
 
 
 def _read_node(root: Root, node_id: int) -> _RawNode:

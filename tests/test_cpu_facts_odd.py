@@ -1,0 +1,83 @@
+"""CPU facts on old and odd kernels' trees: which CPUs exist and run (offline means present
+and not online, a CPU without a folder does not exist), and the physical cores (the
+distinct thread_siblings groups; a package id of -1 is unknown). The parsers on strings
+first, then the fixture hosts written to the numbers the real machines showed."""
+
+from __future__ import annotations
+
+from typing import FrozenSet, Optional
+
+from strata_doctor.facts.cpu_states import CpuStateFiles, asked_per_cpu, cpu_states
+from strata_doctor.facts.parse import parse_cpulist
+
+CPU = "/sys/devices/system/cpu"
+
+
+def files(online: Optional[str] = None, offline: Optional[str] = None, present: Optional[str] = None,
+          folders: str = "", down: str = "") -> CpuStateFiles:
+    return CpuStateFiles(online, offline, present, parse_cpulist(folders), parse_cpulist(down))
+
+
+def cpus(text: str) -> FrozenSet[int]:
+    return parse_cpulist(text)
+
+
+# -- online and offline, on strings --------------------------------------------------------------
+def test_possible_cpus_that_are_not_present_are_not_offline() -> None:
+    # possible 0-127, present 0-15, all online: the kernel's cpu/offline says 16-127.
+    states = cpu_states(files("0-15\n", "16-127\n", "0-15\n", "0-15"), cpus("0-15"))
+    assert (states.online, states.offline, states.present) == (cpus("0-15"), frozenset(), cpus("0-15"))
+
+
+def test_offline_beyond_possible_is_not_offline_either() -> None:
+    # possible 0-7 and yet cpu/offline 8-511: a kernel that counts to NR_CPUS.
+    states = cpu_states(files("0-7\n", "8-511\n", "0-7\n", "0-7"), cpus("0-7"))
+    assert states.offline == frozenset()
+
+
+def test_a_present_cpu_left_out_of_online_is_offline_without_an_offline_file() -> None:
+    # cpu/online 0-3,5-15, cpu4/online 0, no cpu/offline and no cpu/present.
+    states = cpu_states(files("0-3,5-15\n", None, None, "0-15", down="4"), cpus("0-15"))
+    assert (states.online, states.offline) == (cpus("0-3,5-15"), cpus("4"))
+    assert states.offline_source == f"{CPU}/cpu*/online"
+
+
+def test_present_less_online_names_present_when_no_cpu_file_says_offline() -> None:
+    states = cpu_states(files("0-3,5-15\n", None, "0-15\n", "0-15"), cpus("0-15"))
+    assert (states.offline, states.offline_source) == (cpus("4"), f"{CPU}/present")
+    states = cpu_states(files("0-3,5-15\n", None, None, "0-15"), cpus("0-15"))
+    assert (states.offline, states.offline_source) == (cpus("4"), f"{CPU}/cpu*")
+
+
+def test_the_kernels_offline_list_is_named_when_it_holds_every_offline_cpu() -> None:
+    states = cpu_states(files("0-11\n", "12-127\n", "0-15\n", "0-15"), cpus("0-15"))
+    assert (states.offline, states.offline_source) == (cpus("12-15"), f"{CPU}/offline")
+
+
+def test_cpus_without_a_folder_do_not_exist() -> None:
+    # A node's cpumap names 0-15, cpu12-15 have no folder, there is no cpu/online.
+    states = cpu_states(files(None, None, None, "0-11"), cpus("0-15"))
+    assert (states.online, states.offline, states.present) == (cpus("0-11"), frozenset(), cpus("0-11"))
+
+
+def test_without_cpu_online_each_cpus_own_file_says_offline() -> None:
+    states = cpu_states(files(None, None, None, "0-15", down="12-15"), cpus("0-3,8-11"))
+    assert (states.online, states.offline) == (cpus("0-11"), cpus("12-15"))
+    assert states.offline_source == f"{CPU}/cpu*/online"
+
+
+def test_without_present_or_folders_the_kernels_offline_list_stands() -> None:
+    states = cpu_states(files("0-1\n", "2\n"), cpus("0-1"))
+    assert (states.online, states.offline, states.present) == (cpus("0-1"), cpus("2"), None)
+
+
+def test_without_any_cpu_file_the_nodes_cpus_are_online() -> None:
+    states = cpu_states(files(), cpus("0-7"))
+    assert (states.online, states.offline) == (cpus("0-7"), frozenset())
+
+
+def test_only_the_folders_cpu_online_leaves_out_are_asked_for_their_own_file() -> None:
+    assert asked_per_cpu("0-15\n", cpus("0-15")) == frozenset()
+    assert asked_per_cpu("0-3,5-15\n", cpus("0-15")) == cpus("4")
+    assert asked_per_cpu(None, cpus("0-3")) == cpus("0-3")
+    assert asked_per_cpu("", cpus("0-3")) == cpus("0-3")
