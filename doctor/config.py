@@ -67,6 +67,9 @@ class EngineConfig(NamedTuple):
     lock: bool = False
     """Whether the engine locks its arena and K/V in RAM (``lock:``: mlock or pinned host
     memory), so the locked-memory limit must hold them."""
+    release_pool: bool = False
+    """Whether ``fix`` may release a hugepage pool that another program may use
+    (``release_pool:``; docs/checks/hugepages.md)."""
 
     @property
     def gpu_named_by(self) -> str:
@@ -95,7 +98,7 @@ class EngineConfig(NamedTuple):
 MAX_SETTING = 100  # characters: no setting is longer; a 5000-digit number is garbage
 
 
-_KEYS = ("arena", "kv", "unit", "workers", "headroom", "hugepages", "gpu", "numa", "lock")
+_KEYS = ("arena", "kv", "unit", "workers", "headroom", "hugepages", "gpu", "numa", "lock", "release_pool")
 
 
 def parse_config(data: object, source: str) -> EngineConfig:
@@ -182,15 +185,15 @@ def _gpu(key: str, value: object) -> Dict[str, object]:
 
 def _lock(key: str, value: object) -> Dict[str, object]:
     if isinstance(value, bool):
-        return {"lock": value}
+        return {key: value}
     if str(value).lower() in ("true", "yes", "on", "false", "no", "off"):
-        return {"lock": str(value).lower() in ("true", "yes", "on")}
+        return {key: str(value).lower() in ("true", "yes", "on")}
     raise ValueError(f"expected true or false, got {value!r}")
 
 
 _CONVERTERS: Dict[str, Callable[[str, object], Dict[str, object]]] = {
     "arena": _size, "kv": _size, "headroom": _size, "workers": _workers, "hugepages": _hugepages,
-    "numa": _numa, "unit": _unit, "gpu": _gpu, "lock": _lock,
+    "numa": _numa, "unit": _unit, "gpu": _gpu, "lock": _lock, "release_pool": _lock,
 }
 """Each setting's check and conversion; a bad value raises ValueError with the words the
 one-line error gives after ``FILE: KEY:``."""

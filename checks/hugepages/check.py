@@ -4,8 +4,11 @@ from typing import Iterator, Optional, Sequence, Tuple
 
 from strata_doctor.check import Command
 from strata_doctor.checks.hugepages.pool_words import DefaultPoolWords
+from strata_doctor.checks.hugepages.release import pool_release
 from strata_doctor.context import HostContext
+from strata_doctor.facts.hugepage_pools import size_dir_name
 from strata_doctor.facts.hugepages import SYSCTL_KEY, HugepageFacts, format_page_size
+from strata_doctor.facts.numa import NODE_DIR
 from strata_doctor.facts.oomd import oomd_commands
 from strata_doctor.facts.parse import format_bytes, format_count
 from strata_doctor.fix.memory import node_pool_fix, size_pool_fix
@@ -65,7 +68,7 @@ class Hugepages(DefaultPoolWords):
         shortfall = node_shortfall(facts, a, ctx.target_node, ctx.engine_pid)
         if shortfall is not None:
             yield self._wrong_node(facts, shortfall)
-        yield from self._other_sizes(facts)
+        yield from self._other_sizes(ctx)
         yield from self._orphans(facts, a, block)
         yield from self._surplus(facts)
         if facts.unreadable:
@@ -107,23 +110,29 @@ class Hugepages(DefaultPoolWords):
             evidence=evidence, fix=fix,
         )
 
-    def _other_sizes(self, facts: HugepageFacts) -> Iterator[Finding]:
+    def _other_sizes(self, ctx: HostContext) -> Iterator[Finding]:
+        facts = ctx.hugepages
         for pool in facts.pools:
             if pool.size == facts.page_size or pool.total == 0:
                 continue
-            ev = (Evidence(pool.source, f"nr_hugepages={pool.total} free_hugepages={pool.free}"),)
+            ev: Tuple[Evidence, ...] = (
+                Evidence(pool.source, f"nr_hugepages={pool.total} free_hugepages={pool.free}"),)
+            ev += tuple(Evidence(f"{NODE_DIR}/node{n.node}/hugepages/{size_dir_name(n.size)}",
+                                 f"nr_hugepages={n.total} free_hugepages={n.free}")
+                        for n in facts.nodes_of(pool.size) if n.total)
             if pool.used:
                 yield self.finding("in-use", Severity.INFO,
                                    f"pool of {pool_words(pool)}, {format_count(pool.used)} in use",
                                    evidence=ev)
                 continue
+            release = pool_release(ctx, pool.size)
+            fix = None if facts.container or facts.sys_readonly else release.fix(
+                size_pool_fix(pool.size, "hugepages/unused-pool"))
             yield self.finding(
                 "unused-pool", Severity.WARNING,
                 f"pool of {pool_words(pool)} that nobody uses (not the default size, so MAP_HUGETLB "
-                "without a size flag never draws on it)",
-                evidence=ev,
-                fix=None if facts.container or facts.sys_readonly else size_pool_fix(
-                    pool.size, "hugepages/unused-pool"),
+                f"without a size flag never draws on it){release.tail}",
+                detail=release.detail, evidence=ev, fix=fix,
             )
 
     def _orphans(

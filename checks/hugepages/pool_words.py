@@ -4,15 +4,16 @@ fixes those findings share (the decisions are rules: rules/pool_verdict.py)."""
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from strata_doctor.check import Check
+from strata_doctor.checks.hugepages.release import PoolRelease, pool_release
 from strata_doctor.context import HostContext
 from strata_doctor.facts.hugepage_pools import PagePool
-from strata_doctor.facts.hugepages import SYSCTL_KEY, HugepageFacts
+from strata_doctor.facts.hugepages import SYSCTL_KEY, HugepageFacts, format_page_size
 from strata_doctor.facts.parse import format_bytes, format_count
 from strata_doctor.fix.memory import node_pool_fix, sysctl_fix
 from strata_doctor.model import Evidence, Finding, Fix, Severity
 from strata_doctor.rules import pool_verdict as case
 from strata_doctor.rules.node_pools import grow_per_node
-from strata_doctor.rules.pool import HugepageNeed, PoolAssessment, pool_words
+from strata_doctor.rules.pool import HugepageNeed, PoolAssessment, other_sizes, pool_words
 from strata_doctor.rules.pool_holders import (
     pool_takers,
     shadowed_pool_setting,
@@ -67,9 +68,11 @@ class DefaultPoolWords(Check):
             "trap-at-boot", Severity.WARNING,
             f"no pool now, but {pending.path} sets {SYSCTL_KEY} = {format_count(pending.pages)}: after "
             f"{pending.after} MAP_HUGETLB needs {need.arithmetic} and will fail, and the pool "
-            f"will hold {format_bytes(pending.pages * facts.page_size)} the THP fallback cannot use",
+            f"will hold {format_bytes(pending.pages * facts.page_size)} the THP fallback cannot use"
+            f"{self._release(ctx).tail}",
+            detail=self._release(ctx).detail,
             evidence=evidence,
-            fix=self._zero_fix(facts, "hugepages/trap-at-boot", "the engine runs on THP"),
+            fix=self._zero_fix(ctx, "hugepages/trap-at-boot", "the engine runs on THP"),
         )
 
     def _no_pool(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
@@ -83,10 +86,18 @@ class DefaultPoolWords(Check):
                              f"enough for the arena's {format_count(a.need.pages)}"))
         return self.finding(
             "no-pool", Severity.OK,
-            f"no hugepage pool: no memory is held back, and the arena uses {how} "
+            f"no hugepage pool{self._held_in_other_sizes(ctx.hugepages)}, and the arena uses {how} "
             f"(hugepages: {a.mode}){overcommit}",
             evidence=evidence,
         )
+
+    def _held_in_other_sizes(self, facts: HugepageFacts) -> str:
+        """``: no memory is held back``, or what pools of other sizes hold back."""
+        others = other_sizes(facts)
+        if not others.bytes:
+            return ": no memory is held back"
+        return (f" of the default size ({format_page_size(facts.page_size)}): pools of other sizes "
+                f"hold back {format_bytes(others.bytes)} ({others.text})")
 
     def _configured(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
         pool, pending = ctx.pool_assessment.pool, v.pending
@@ -129,8 +140,10 @@ class DefaultPoolWords(Check):
                if a.taken >= a.missing else ".")
         )
         fix = None if facts.container else self._zero_fix(
-            facts, "hugepages/trap", "MAP_HUGETLB cannot get the arena; the engine runs on THP")
-        return self.finding("trap", Severity.ERROR, summary, detail=" ".join(parts + self._host_words(facts)),
+            ctx, "hugepages/trap", "MAP_HUGETLB cannot get the arena; the engine runs on THP")
+        release = self._release(ctx)
+        return self.finding("trap", Severity.ERROR, summary + release.tail,
+                            detail=" ".join(parts + self._host_words(facts) + [release.detail]).strip(),
                             evidence=evidence + self._config_evidence(ctx), fix=fix)
 
     def _trap_pool(self, facts: HugepageFacts, a: PoolAssessment, pool: PagePool, pages: int,
@@ -191,9 +204,10 @@ class DefaultPoolWords(Check):
             f"Set {SYSCTL_KEY} = 0 unless another program maps the pool.",
         ]
         fix = None if facts.container else self._zero_fix(
-            facts, "hugepages/unusable-pool", "the arena cannot use the pool; the engine runs on THP")
-        return self.finding("unusable-pool", Severity.WARNING, summary,
-                            detail=" ".join(parts + self._host_words(facts)),
+            ctx, "hugepages/unusable-pool", "the arena cannot use the pool; the engine runs on THP")
+        release = self._release(ctx)
+        return self.finding("unusable-pool", Severity.WARNING, summary + release.tail,
+                            detail=" ".join(parts + self._host_words(facts) + [release.detail]).strip(),
                             evidence=evidence + self._config_evidence(ctx), fix=fix)
 
     def _unusable_projection(self, trap: TrapVerdict) -> Tuple[str, List[str]]:
@@ -240,12 +254,14 @@ class DefaultPoolWords(Check):
         return self.finding(
             "unused-pool", Severity.WARNING,
             f"pool of {pool_words(pool)} that nobody uses: free {format_count(pool.free)} of "
-            f"{format_count(pool.total)}, no process holds any, and the engine runs on THP",
-            detail="The pool is taken out of ordinary memory at once and stays out: no "
-            "other allocation can use it, and free and top count it as used.",
+            f"{format_count(pool.total)}, no process holds any, and the engine runs on THP"
+            f"{self._release(ctx).tail}",
+            detail=("The pool is taken out of ordinary memory at once and stays out: no "
+                    "other allocation can use it, and free and top count it as used. "
+                    + self._release(ctx).detail).strip(),
             evidence=evidence,
             fix=None if facts.container else self._zero_fix(
-                facts, "hugepages/unused-pool", "nothing uses the pool; the engine runs on THP"),
+                ctx, "hugepages/unused-pool", "nothing uses the pool; the engine runs on THP"),
         )
 
     def _unused_no_arena(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
@@ -341,8 +357,14 @@ class DefaultPoolWords(Check):
         source = c.source or "command line"
         return (Evidence(source, f"arena={format_bytes(c.arena_bytes or 0)} hugepages={c.hugepages}"),)
 
-    def _zero_fix(self, facts: HugepageFacts, finding: str, reason: str) -> Fix:
-        return sysctl_fix(((SYSCTL_KEY, "0", reason),), finding, facts.sysctl)
+    def _release(self, ctx: HostContext) -> PoolRelease:
+        """Who else may use the default pool, before a fix gives it away."""
+        return pool_release(ctx, ctx.hugepages.page_size)
+
+    def _zero_fix(self, ctx: HostContext, finding: str, reason: str) -> Fix:
+        """``vm.nr_hugepages = 0``, where nothing else may need the pool."""
+        fix = sysctl_fix(((SYSCTL_KEY, "0", reason),), finding, ctx.hugepages.sysctl)
+        return self._release(ctx).fix(fix)
 
     def _grow_fix(self, ctx: HostContext, pages: int) -> Optional[Fix]:
         facts = ctx.hugepages

@@ -5,7 +5,7 @@ captures).
 """
 
 import re
-from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from strata_doctor.facts.numa import NODE_DIR
 from strata_doctor.facts.parse import parse_int
@@ -86,11 +86,12 @@ class NodePool(NamedTuple):
 
 def read_pools(
     root: Root, meminfo: Mapping[str, int], default_size: Optional[int], nr: Optional[int],
-    overcommit: Optional[int],
+    overcommit: Optional[int], node_pools: Sequence[NodePool] = (),
 ) -> Tuple[PagePool, ...]:
-    """Every page size's pool, smallest first: sysfs's, and the default pool from
-    ``meminfo`` (``/proc/meminfo``), ``nr`` and ``overcommit`` (``/proc/sys/vm``) when
-    sysfs has no directory for it."""
+    """Every page size's pool, smallest first: sysfs's, the default pool from ``meminfo``
+    (``/proc/meminfo``), ``nr`` and ``overcommit`` (``/proc/sys/vm``) when sysfs has no
+    directory for it, and any other size the nodes' pools (``node_pools``) hold pages of
+    when the global directory is missing (a trimmed capture keeps the nodes' folders)."""
     pools: Dict[int, PagePool] = {}
     for name in root.listdir(HUGEPAGES_DIR):
         pool = _sysfs_pool(root, name)
@@ -99,7 +100,23 @@ def read_pools(
     size = default_size or DEFAULT_PAGE
     if size not in pools and ("HugePages_Total" in meminfo or nr is not None):
         pools[size] = _meminfo_pool(meminfo, size, nr, overcommit)
+    for pool in nodes_pools(node_pools):
+        pools.setdefault(pool.size, pool)
     return tuple(pools[s] for s in sorted(pools))
+
+
+def nodes_pools(node_pools: Sequence[NodePool]) -> Tuple[PagePool, ...]:
+    """The pool of each size that the nodes hold pages of, summed over the nodes (the
+    kernel's global pool is that sum), smallest size first."""
+    sums: Dict[int, Tuple[int, int, int]] = {}
+    for n in node_pools:
+        total, free, surplus = sums.get(n.size, (0, 0, 0))
+        sums[n.size] = (total + n.total, free + n.free, surplus + n.surplus)
+    return tuple(
+        PagePool(size, total, free, surplus=surplus,
+                 source=f"{NODE_DIR}/node*/hugepages/{size_dir_name(size)}")
+        for size, (total, free, surplus) in sorted(sums.items()) if total or surplus
+    )
 
 
 def _sysfs_pool(root: Root, name: str) -> Optional[PagePool]:

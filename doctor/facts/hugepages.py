@@ -27,6 +27,7 @@ from strata_doctor.facts.hugetlbfs import HugetlbfsFile, HugetlbfsMount, read_hu
 from strata_doctor.facts.meminfo import MEMINFO, meminfo_unread
 from strata_doctor.facts.numa_maps import read_numa_maps
 from strata_doctor.facts.parse import format_bytes, parse_int, parse_mounts
+from strata_doctor.facts.pool_users import PoolUserFacts, read_pool_users
 from strata_doctor.facts.processes import ProcessInfo
 from strata_doctor.facts.sysctl import SysctlConfig, read_sysctl_config
 from strata_doctor.root import Root
@@ -102,6 +103,8 @@ class HugepageFacts(NamedTuple):
     """Whether ``/sys`` is mounted read-only (sysfs writes will fail)."""
     unreadable: Tuple[Tuple[str, str], ...] = ()
     """(path, why) for what could not be read, e.g. ``permission denied (needs root)``."""
+    users: PoolUserFacts = PoolUserFacts()
+    """Devices, processes and settings that say another program may use the pools."""
 
     def mem(self, key: str) -> Optional[int]:
         """A ``/proc/meminfo`` value; None when the line is absent."""
@@ -174,8 +177,8 @@ def read_hugepages(root: Root, processes: Sequence[ProcessInfo], meminfo: Mappin
     default_size = meminfo.get("Hugepagesize") or None
     nr = parse_int(root.read(NR_HUGEPAGES))
     overcommit = parse_int(root.read(NR_OVERCOMMIT))
-    pools = read_pools(root, meminfo, default_size, nr, overcommit)
     node_pools = read_node_pools(root)
+    pools = read_pools(root, meminfo, default_size, nr, overcommit, node_pools)
     mounts = parse_mounts(root.read("/proc/mounts") or root.read("/proc/self/mounts") or "")
     holders = read_holders(root, processes)
     hugetlbfs = read_hugetlbfs(root, mounts, [h.pid for h in holders], processes, unreadable)
@@ -194,6 +197,7 @@ def read_hugepages(root: Root, processes: Sequence[ProcessInfo], meminfo: Mappin
         container=detect_container(root),
         sys_readonly=any(mp == "/sys" and "ro" in opts.split(",") for _, mp, _, opts in mounts),
         unreadable=tuple(unreadable),
+        users=read_pool_users(root, processes),
     )
 
 

@@ -2,10 +2,10 @@
 what a fix leaves pending."""
 
 import math
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 from strata_doctor.config import EngineConfig
-from strata_doctor.facts.hugepage_pools import PagePool
+from strata_doctor.facts.hugepage_pools import NodePool, PagePool
 from strata_doctor.facts.hugepages import HugepageFacts, format_page_size
 from strata_doctor.facts.parse import format_bytes, format_count
 
@@ -14,6 +14,44 @@ def pool_words(pool: PagePool) -> str:
     """``24,000 2 MiB pages (46.88 GiB)``."""
     return (f"{format_count(pool.total)} {format_page_size(pool.size)} pages "
             f"({format_bytes(pool.total * pool.size)})")
+
+
+class OtherSizes(NamedTuple):
+    """The pools of sizes other than the default: MAP_HUGETLB without a size flag never
+    draws on them, yet they hold their memory back from every ordinary allocation."""
+
+    pools: Tuple[PagePool, ...]
+    """Each other size's pool that holds pages, smallest size first."""
+    nodes: Tuple[NodePool, ...]
+    """Their per-node shares that hold pages."""
+
+    @property
+    def bytes(self) -> int:
+        """Memory they take out of ordinary use."""
+        return sum(p.bytes for p in self.pools)
+
+    def where(self, pool: PagePool) -> str:
+        """`` on node 0``, or ``, 100 on node 0 and 28 on node 1``; empty without per-node
+        pools."""
+        shares = [(n.node, n.total + n.surplus) for n in self.nodes if n.size == pool.size]
+        if len(shares) == 1:
+            return f" on node {shares[0][0]}"
+        words = [f"{format_count(pages)} on node {node}" for node, pages in shares]
+        return ", " + " and ".join([", ".join(words[:-1]), words[-1]]) if words else ""
+
+    @property
+    def text(self) -> str:
+        """``128 2 MiB pages on node 0``, each size in turn (``; `` between them)."""
+        return "; ".join(f"{format_count(p.total + p.surplus)} {format_page_size(p.size)} pages"
+                         f"{self.where(p)}" for p in self.pools)
+
+
+def other_sizes(facts: HugepageFacts) -> OtherSizes:
+    """The pools of every size but the default that hold pages, globally and per node."""
+    pools = tuple(p for p in facts.pools if p.size != facts.page_size and p.bytes)
+    sizes = {p.size for p in pools}
+    nodes = tuple(n for n in facts.node_pools if n.size in sizes and n.total + n.surplus)
+    return OtherSizes(pools, nodes)
 
 
 # -- the engine's need and what the pool will do to it ------------------------------------
