@@ -10,6 +10,7 @@ from strata_doctor.checks.cgroup_limits import CgroupLimits
 from strata_doctor.checks.cpu_contention import CpuContention
 from strata_doctor.checks.cpu_frequency import CpuFrequencyCheck
 from strata_doctor.checks.cpu_isa import CpuIsa
+from strata_doctor.checks.cpu_isolation import CpuIsolation
 from strata_doctor.checks.expert_workers import ExpertWorkers
 from strata_doctor.checks.gpu_placement import GpuPlacementCheck
 from strata_doctor.checks.hugepages import Hugepages
@@ -41,6 +42,7 @@ BUILTIN: Tuple[Type[Check], ...] = (
     Swap,
     Memlock,
     CpuContention,
+    CpuIsolation,
     ExpertWorkers,
     CpuFrequencyCheck,
     PcieLinkCheck,
