@@ -1,4 +1,4 @@
-"""memlock: may the engine lock as much memory as its arena, when it locks it?"""
+"""memlock: may the engine lock as much memory as the kernel charges to RLIMIT_MEMLOCK?"""
 
 from __future__ import annotations
 
@@ -10,48 +10,54 @@ from strata_doctor.facts.cgroup import DOCKER_MEMLOCK, Limit, parse_systemd_byte
 from strata_doctor.facts.parse import format_bytes
 from strata_doctor.fix.limits import memlock_fix
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
+from strata_doctor.rules.limits import LOCKED_NOW, PINNED_NOW, MemlockNeed, memlock_need
 
 SYSTEMD_DEFAULT = 8 * 1024**2
 """systemd's own ``DefaultLimitMEMLOCK`` since version 253 (and the kernel's since 5.16)."""
 
 
 class Memlock(Check):
-    """Checks the locked-memory limit against the arena when the engine locks or pins it.
+    """Checks the locked-memory limit against what the kernel charges to it: the arena when
+    the engine mlocks it.
 
-    An engine that locks its arena (``mlock``) or pins it for the GPU (pinned host
-    memory) counts every locked byte against ``RLIMIT_MEMLOCK``; past the limit the call
-    fails with ENOMEM or EPERM and the engine either stops or runs unlocked. The check
-    applies when the running engine shows ``VmLck`` or ``VmPin`` above zero in
-    ``/proc/PID/status``, or the config says ``lock: true``. The limit is the running
-    engine's ``Max locked memory`` in ``/proc/PID/limits``; for a stopped engine its
-    unit's ``LimitMEMLOCK=``, else systemd's ``DefaultLimitMEMLOCK=`` (8 MiB by
-    default). Docker's default is 8 MiB as well. The fix is ``LimitMEMLOCK=infinity`` in
-    a drop-in of the engine's unit; in a container, ``--ulimit memlock=-1:-1``.
+    ``RLIMIT_MEMLOCK`` counts two things of a process, each on its own: what it has
+    mlock()ed (``VmLck`` in ``/proc/PID/status``; vfio's pinning counts there too) and what
+    RDMA memory registration has pinned (``VmPin``). Past the limit that call fails with
+    ENOMEM or EPERM. Pinning host memory for the GPU (``cudaHostRegister``) is neither:
+    NVIDIA's driver pins the pages without charging the limit, so an arena the engine only
+    registers with its GPU never meets it. The limit matters for the arena when the config
+    says ``lock: true`` (mlock of arena + K/V), or when the running engine's ``VmLck`` or
+    ``VmPin`` already covers arena + K/V; otherwise the finding says so and why, with
+    ``VmLck`` and ``VmPin`` against the limit. The limit is the running engine's ``Max
+    locked memory`` in ``/proc/PID/limits``; for a stopped engine its unit's
+    ``LimitMEMLOCK=``, else systemd's ``DefaultLimitMEMLOCK=`` (8 MiB by default). Docker's
+    default is 8 MiB as well. The fix is ``LimitMEMLOCK=infinity`` in a drop-in of the
+    engine's unit; in a container, ``--ulimit memlock=-1:-1``.
     """
 
     id = "memlock"
     title = "Locked-memory limit"
-    findings = ("too-low", "configured", "ok")
+    findings = ("too-low", "configured", "ok", "not-charged")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
-        limits = ctx.engine_limits
-        if not (limits.locked or limits.pinned or ctx.config.lock):
-            running = "the engine shows VmLck 0 and VmPin 0" if ctx.engine_pid else "the engine does not run"
-            return f"the engine does not lock its memory ({running} and the config has no `lock: true`)"
-        if ctx.config.pinned_bytes is None:
+        if ctx.config.lock and ctx.config.pinned_bytes is None:
             return "no arena size to compare the limit with (set `arena:` or --arena)"
         return None
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
-        pinned = ctx.config.pinned_bytes or 0
+        limits = ctx.engine_limits
+        need = memlock_need(ctx.config.lock, ctx.config.pinned_bytes, limits.locked, limits.pinned)
         limit, configured = self._limit(ctx)
         evidence = self._evidence(ctx, limit)
+        if not need.arena_charged:
+            yield self._not_charged(ctx, limit, evidence)
+            return
+        pinned = need.need
         verdict = _verdict(limit, configured, pinned)
         if verdict == "ok":
-            shown = "unlimited" if limit.value is None else format_bytes(limit.value)
             yield self.finding("ok", Severity.OK,
-                               f"the engine may lock {shown} ({limit.text}); arena + K/V is "
-                               f"{format_bytes(pinned)} ({self._why(ctx)})", evidence=evidence)
+                               f"the engine may lock {_shown(limit)} ({limit.text}); arena + K/V is "
+                               f"{format_bytes(pinned)} ({self._why(ctx, need)})", evidence=evidence)
         elif verdict == "configured":
             assert configured is not None and limit.value is not None
             yield self.finding(
@@ -60,20 +66,37 @@ class Memlock(Check):
                 f"{format_bytes(limit.value)} until {ctx.config.unit} restarts",
                 evidence=(*evidence, Evidence(configured.source, configured.text)))
         else:
-            yield self._too_low(ctx, limit, pinned, evidence)
+            yield self._too_low(ctx, need, limit, evidence)
 
-    def _too_low(self, ctx: HostContext, limit: Limit, pinned: int,
+    def _not_charged(self, ctx: HostContext, limit: Limit, evidence: Tuple[Evidence, ...]) -> Finding:
+        """The limit does not bind the arena: nothing mlocks it, and GPU pinning is not charged."""
+        limits = ctx.engine_limits
+        now = (f", and has VmLck {format_bytes(limits.locked)}, VmPin {format_bytes(limits.pinned)} now"
+               if ctx.engine_pid is not None else "")
+        return self.finding(
+            "not-charged", Severity.OK,
+            f"the arena is not charged to the limit: no `lock: true` (no mlock), and pinning for a "
+            f"GPU (cudaHostRegister) is not charged; the engine may lock {_shown(limit)} "
+            f"({limit.text}){now}",
+            detail="The kernel charges the limit only for mlock() and vfio's pinning (VmLck) and for "
+            "RDMA registration (VmPin); NVIDIA's driver pins registered host memory without charging "
+            "it. With "
+            "`lock: true` the engine mlocks arena + K/V, and the limit must then hold them.",
+            evidence=evidence)
+
+    def _too_low(self, ctx: HostContext, need: MemlockNeed, limit: Limit,
                  evidence: Tuple[Evidence, ...]) -> Finding:
         assert limit.value is not None
+        pinned = need.need
         docker = " (Docker's default)" if ctx.engine_limits.container == "docker" and \
             limit.value == DOCKER_MEMLOCK else ""
         return self.finding(
             "too-low", Severity.ERROR,
-            f"the engine may lock {format_bytes(limit.value)}{docker} but {self._why(ctx)}: arena + K/V is "
-            f"{format_bytes(pinned)}, {format_bytes(pinned - limit.value)} more",
-            detail="mlock() and pinned host memory past RLIMIT_MEMLOCK fail with ENOMEM or EPERM: the "
-            "engine then stops at load or runs with its arena unlocked, where the kernel may swap or "
-            "migrate it.",
+            f"the engine may lock {format_bytes(limit.value)}{docker} but {self._why(ctx, need)}: "
+            f"arena + K/V is {format_bytes(pinned)}, {format_bytes(pinned - limit.value)} more",
+            detail="mlock() past RLIMIT_MEMLOCK fails with ENOMEM (EPERM with a limit of 0), as RDMA "
+            "registration does past it: the engine then stops at load or runs with its arena "
+            "unlocked.",
             evidence=evidence,
             fix=self._fix(ctx, format_bytes(pinned), f"{format_bytes(limit.value)} ({limit.text})"),
         )
@@ -81,18 +104,19 @@ class Memlock(Check):
     def _evidence(self, ctx: HostContext, limit: Limit) -> Tuple[Evidence, ...]:
         limits = ctx.engine_limits
         evidence = [Evidence(limit.source, limit.text)]
-        if limits.locked or limits.pinned:
+        if ctx.engine_pid is not None:
             locked = f"VmLck {format_bytes(limits.locked)}, VmPin {format_bytes(limits.pinned)}"
             evidence.append(Evidence(f"/proc/{ctx.engine_pid}/status", locked))
         if ctx.config.lock:
             evidence.append(Evidence(ctx.config.source or "command line", "lock: true"))
         return tuple(evidence)
 
-    def _why(self, ctx: HostContext) -> str:
+    def _why(self, ctx: HostContext, need: MemlockNeed) -> str:
         limits = ctx.engine_limits
-        if limits.locked or limits.pinned:
-            return f"the running engine locks memory (VmLck {format_bytes(limits.locked)}, " \
-                f"VmPin {format_bytes(limits.pinned)})"
+        if need.case == LOCKED_NOW:
+            return f"the running engine has mlocked {format_bytes(limits.locked)} (VmLck)"
+        if need.case == PINNED_NOW:
+            return f"the running engine has {format_bytes(limits.pinned)} pinned against the limit (VmPin)"
         return "the config says `lock: true`"
 
     def _limit(self, ctx: HostContext) -> Tuple[Limit, Optional[Limit]]:
@@ -126,6 +150,10 @@ class Memlock(Check):
                                           "shell that starts the engine (as root)."),),
                        takes_effect="restart")
         return memlock_fix(ctx.config.unit, needed, current)
+
+
+def _shown(limit: Limit) -> str:
+    return "unlimited" if limit.value is None else format_bytes(limit.value)
 
 
 def _bytes(text: str) -> Optional[int]:

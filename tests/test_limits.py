@@ -42,8 +42,11 @@ def _status(pid: int, locked_kb: int = 0, caps: str = "000001ffffffffff") -> str
             f"CapEff:\t{caps}\nCpus_allowed_list:\t0-7\nMems_allowed_list:\t0-1\n")
 
 
-def _host(tmp_path: Path, extra: Dict[str, str], unit: Optional[str] = RUNNING_UNIT) -> Path:
+def _host(tmp_path: Path, extra: Dict[str, str], unit: Optional[str] = RUNNING_UNIT,
+          gpu: bool = True) -> Path:
     files = two_node_files(unit_show=unit)
+    if not gpu:  # a CPU-only host: nothing pins the arena for a GPU, so swap can take it
+        files = {k: v for k, v in files.items() if "0000:81:00.0" not in k}
     files["/sys/fs/cgroup/cgroup.controllers"] = "cpuset cpu io memory pids\n"
     files["/proc/meminfo"] = ("MemTotal:       33554432 kB\nMemFree:        16777216 kB\n"
                               "SwapTotal:       2097148 kB\nSwapFree:        2097148 kB\n")
@@ -182,19 +185,35 @@ def test_no_cgroup_no_container_skips(tmp_path: Path) -> None:
 
 
 # -- memlock ------------------------------------------------------------------------------
-def test_memlock_applies_only_when_the_engine_locks(tmp_path: Path) -> None:
+def test_memlock_without_lock_true_says_the_arena_is_not_charged(tmp_path: Path) -> None:
+    # No `lock: true` and VmLck/VmPin 0: nothing charges the arena to RLIMIT_MEMLOCK, whatever
+    # the limit; pinning for the GPU (cudaHostRegister) is not charged (docs/checks/memlock.md).
     root = _host(tmp_path, {"/proc/4242/status": _status(4242), "/proc/4242/limits": LIMITS.format(65536)})
-    ctx = HostContext(Root(str(root)), CONFIG)
-    assert "does not lock" in (Memlock().applies(ctx) or "")
+    found = _run(Memlock(), root)
+    assert _ids(found) == ["not-charged"] and found[0].severity is Severity.OK
+    assert "may lock 64.00 KiB" in found[0].summary and "VmLck 0 B, VmPin 0 B now" in found[0].summary
 
 
-def test_a_running_engine_that_locks_under_a_small_limit(tmp_path: Path) -> None:
+def test_a_running_engine_that_locks_a_little_is_not_a_limit_problem(tmp_path: Path) -> None:
+    # VmLck 64 MiB of a 42 GiB arena + K/V, under a 64 MiB limit: the engine locks some
+    # buffers, not its arena, so the limit is no reason for a warning.
     root = _host(tmp_path, {
         "/etc/systemd/system/strata.service": "[Service]\nExecStart=/opt/strata/run\n",
         "/proc/4242/status": _status(4242, locked_kb=65536), "/proc/4242/limits": LIMITS.format(67108864),
         "/.strata-doctor/commands/systemctl-version.txt": "systemd 252 (252.30-1~deb12u2)\n",
     })
     found = _run(Memlock(), root)
+    assert _ids(found) == ["not-charged"]
+    assert "VmLck 64.00 MiB" in found[0].summary and found[0].fix is None
+
+
+def test_lock_true_under_a_small_limit_is_an_error_with_a_dropin(tmp_path: Path) -> None:
+    root = _host(tmp_path, {
+        "/etc/systemd/system/strata.service": "[Service]\nExecStart=/opt/strata/run\n",
+        "/proc/4242/status": _status(4242, locked_kb=65536), "/proc/4242/limits": LIMITS.format(67108864),
+        "/.strata-doctor/commands/systemctl-version.txt": "systemd 252 (252.30-1~deb12u2)\n",
+    })
+    found = _run(Memlock(), root, CONFIG._replace(lock=True))
     assert _ids(found) == ["too-low"]
     f = found[0]
     assert f.severity is Severity.ERROR and "may lock 64.00 MiB" in f.summary
@@ -207,7 +226,7 @@ def test_memlock_configured_but_not_in_effect(tmp_path: Path) -> None:
         "/etc/systemd/system/strata.service": "[Service]\nExecStart=/opt/strata/run\nLimitMEMLOCK=infinity\n",
         "/proc/4242/status": _status(4242, locked_kb=65536), "/proc/4242/limits": LIMITS.format(8388608),
     })
-    assert _ids(_run(Memlock(), root)) == ["configured"]
+    assert _ids(_run(Memlock(), root, CONFIG._replace(lock=True))) == ["configured"]
 
 
 def test_lock_true_with_a_stopped_unit_reads_limit_memlock(tmp_path: Path) -> None:
@@ -229,7 +248,7 @@ def test_swap_with_oomd_watching_swap_is_a_warning_and_fixed_by_a_dropin(tmp_pat
         "/.strata-doctor/commands/systemctl-show--.slice.txt":
             "Id=-.slice\nLoadState=loaded\nManagedOOMSwap=kill\n",
         "/.strata-doctor/commands/systemctl-version.txt": "systemd 252 (252.30-1~deb12u2)\n",
-    })
+    }, gpu=False)
     found = _run(Swap(), root)
     assert _ids(found) == ["swappable"]
     f = found[0]
@@ -282,7 +301,7 @@ def test_container_fixture_host() -> None:
     assert found == {
         ("cgroup-limits", "memory-max"): "error", ("cgroup-limits", "cpuset-mems"): "error",
         ("cgroup-limits", "cpuset-cpus"): "error", ("cgroup-limits", "no-cap-sys-nice"): "warning",
-        ("memlock", "too-low"): "error", ("swap", "swappable"): "info",
+        ("memlock", "too-low"): "error", ("swap", "gpu-pinned"): "ok",
         ("page-cache", "cache-fills-node"): "warning",
     }
     assert result.exit_code == 1
@@ -300,7 +319,7 @@ def test_memlock_and_swap_dropins_apply_and_revert_byte_exact(tmp_path: Path) ->
         f"{CG}/memory.max": "max\n", f"{CG}/memory.swap.max": "max\n",
         "/proc/4242/status": _status(4242), "/proc/4242/limits": LIMITS.format(8388608),
         "/.strata-doctor/commands/systemctl-version.txt": "systemd 252 (252.30-1~deb12u2)\n",
-    })
+    }, gpu=False)
     before = _snapshot(root)
     result = run_cli(["fix", "--root", str(root), "--only", "memlock", "--only", "swap", "--apply"])
     assert result.exit_code in (0, 1), result.stderr

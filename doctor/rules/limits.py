@@ -1,7 +1,8 @@
 """Which cgroup limit binds the engine: the tightest along its cgroup's ancestry, or what a
-stopped unit's own files set (its next start gets those)."""
+stopped unit's own files set (its next start gets those); and which of the engine's memory
+RLIMIT_MEMLOCK is charged with (:func:`memlock_need`)."""
 
-from typing import Optional, Sequence, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 from strata_doctor.facts.cgroup import EngineLimits, Limit, NodeSet, parse_systemd_bytes
 from strata_doctor.facts.cgroup_path import CgroupPath
@@ -74,3 +75,46 @@ def tightest_limits(limits: EngineLimits, path: Optional[CgroupPath],
 def _below(value: Optional[int], limit: Limit) -> bool:
     """Whether a number is tighter than ``limit`` (no limit is never tighter)."""
     return value is not None and (limit.value is None or value < limit.value)
+
+
+# -- RLIMIT_MEMLOCK: what it is charged with -------------------------------------------------
+LOCK_CONFIG = "lock"
+"""The config says ``lock: true``: the engine mlock()s arena + K/V, all charged to the limit."""
+LOCKED_NOW = "locked"
+"""The running engine's ``VmLck`` covers arena + K/V: it mlocks them without ``lock: true``."""
+PINNED_NOW = "pinned"
+"""The running engine's ``VmPin`` covers arena + K/V: RDMA-style pinning charged them."""
+NOT_CHARGED = "not-charged"
+"""None of that: the limit holds only what ``VmLck``/``VmPin`` show, never the arena."""
+
+
+class MemlockNeed(NamedTuple):
+    """What RLIMIT_MEMLOCK must hold for the engine, and why."""
+
+    case: str
+    """One of :data:`LOCK_CONFIG`, :data:`LOCKED_NOW`, :data:`PINNED_NOW`, :data:`NOT_CHARGED`."""
+    need: int
+    """Bytes the limit must hold: arena + K/V, or (not charged) the larger of VmLck and VmPin."""
+
+    @property
+    def arena_charged(self) -> bool:
+        """Whether the arena itself is charged to the limit."""
+        return self.case != NOT_CHARGED
+
+
+def memlock_need(lock: bool, arena_kv: Optional[int], locked: int, pinned: int) -> MemlockNeed:
+    """Which of the engine's bytes RLIMIT_MEMLOCK counts.
+
+    The kernel charges the limit for mlock() (mm/mlock.c, against ``locked_vm``: ``VmLck``,
+    which vfio's pinning also raises) and for RDMA memory registration (ib_umem_get, against
+    ``pinned_vm``: ``VmPin``), each counter on its own. Memory the GPU driver pins for
+    ``cudaHostRegister`` (os_lock_user_pages: pin_user_pages) raises neither, so an arena
+    registered with the GPU and not mlocked never meets the limit.
+    """
+    if lock and arena_kv is not None:
+        return MemlockNeed(LOCK_CONFIG, arena_kv)
+    if arena_kv is not None and locked >= arena_kv:
+        return MemlockNeed(LOCKED_NOW, arena_kv)
+    if arena_kv is not None and pinned >= arena_kv:
+        return MemlockNeed(PINNED_NOW, arena_kv)
+    return MemlockNeed(NOT_CHARGED, max(locked, pinned))
