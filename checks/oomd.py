@@ -12,7 +12,7 @@ from strata_doctor.facts.oomd_journal import OomdKill
 from strata_doctor.facts.parse import format_bytes, format_count
 from strata_doctor.fix.memory import move_to_system_service_fix, oomd_dropin_fix
 from strata_doctor.model import Evidence, Finding, Fix, Severity
-from strata_doctor.rules.memory import MemoryProjection, project_memory
+from strata_doctor.rules.memory import GpuPinned, MemoryProjection, gpu_pinned, project_memory
 from strata_doctor.rules.oomd import Exposure, restart_looping
 from strata_doctor.rules.pool import trap_in_effect
 from strata_doctor.rules.trap import CHAIN
@@ -75,7 +75,7 @@ class Oomd(Check):
                 f"configured: ManagedOOMPreference={value} in {path}; takes effect after "
                 f"`systemctl daemon-reload` and a restart of {facts.engine_unit}",
                 detail="Until then systemd-oomd may still pick the engine: "
-                + self._mechanism(facts, exposure),
+                + self._mechanism(facts, exposure, self._pinned(ctx)),
                 evidence=evidence,
             )
         elif verdict == "protected":
@@ -160,7 +160,7 @@ class Oomd(Check):
                    f"{self._watch_list(facts, exposure)}")
         if reasons:
             summary += "; " + "; ".join(reasons)
-        detail = self._mechanism(facts, exposure)
+        detail = self._mechanism(facts, exposure, self._pinned(ctx))
         if projection is not None:
             detail += f" Projected after the engine's start: {projection.arithmetic}."
         if kills and not looping:
@@ -232,7 +232,7 @@ class Oomd(Check):
             + (f" {projection.arithmetic}." if projection else ""),
             "3. Memory pressure: the load reclaims and compacts memory; "
             + (facts.pressure_reason or "/proc/pressure/memory now: " + self._pressure_text(facts)) + ".",
-            f"4. oomd kill: {self._mechanism(facts, exposure)}"
+            f"4. oomd kill: {self._mechanism(facts, exposure, self._pinned(ctx))}"
             + (f" Kills in the journal: {'; '.join(f'{k.time} {k.cgroup}' for k in kills[-3:])}."
                if kills else ""),
             f"5. Restart loop: systemd restarts {facts.engine_unit} into the same trap"
@@ -267,7 +267,11 @@ class Oomd(Check):
         watches = exposure.effective_watch
         return next((w for w in watches if w.kind == "memory-pressure"), watches[0] if watches else None)
 
-    def _mechanism(self, facts: OomdFacts, exposure: Exposure) -> str:
+    def _pinned(self, ctx: HostContext) -> Optional[GpuPinned]:
+        gpu, _ = ctx.compute_gpu
+        return gpu_pinned(ctx.config, gpu.address if gpu is not None else None)
+
+    def _mechanism(self, facts: OomdFacts, exposure: Exposure, pinned: Optional[GpuPinned]) -> str:
         parts = []
         for w in exposure.effective_watch:
             if w.kind == "memory-pressure":
@@ -285,7 +289,7 @@ class Oomd(Check):
                 parts.append(
                     f"systemd-oomd watches {w.path} for swap ({w.source}): when memory and swap are "
                     f"both over {facts.settings.swap_used_limit:g}% used{swap}, it kills the cgroup "
-                    "under it using the most swap."
+                    "under it using the most swap" + self._pinned_swap(pinned) + "."
                 )
         if facts.user_uid is not None:
             parts.append(
@@ -294,6 +298,14 @@ class Oomd(Check):
                 "cannot be protected in place."
             )
         return " ".join(parts)
+
+    def _pinned_swap(self, pinned: Optional[GpuPinned]) -> str:
+        """What the engine can put in swap when the compute GPU pins its arena: not the arena."""
+        if pinned is None:
+            return ""
+        size = f" ({format_bytes(pinned.size)})" if pinned.size is not None else ""
+        return (f"; arena + K/V{size}, pinned for the GPU {pinned.gpu}, stay in RAM, so only the "
+                "engine's other memory counts there")
 
     def _pressure_text(self, facts: OomdFacts) -> str:
         if facts.pressure_reason:

@@ -11,6 +11,7 @@ from strata_doctor.facts.oomd_dump import Watched
 from strata_doctor.facts.parse import format_bytes
 from strata_doctor.fix.limits import swap_fix
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
+from strata_doctor.rules.memory import GpuPinned, gpu_pinned
 
 
 class Swap(Check):
@@ -21,7 +22,9 @@ class Swap(Check):
     waits for a swap-in) and then, where systemd-oomd watches swap (``ManagedOOMSwap=kill``
     on a cgroup above the engine), as oomd's swap kill: oomd kills the cgroup using the
     most swap once swap is 90% full. Info, or a warning when oomd watches swap. An arena
-    the engine locks (``VmLck`` covering it) cannot be swapped. Reads ``SwapTotal``/
+    the engine locks (``VmLck`` covering it) cannot be swapped, nor can one it registers
+    with its compute GPU (``cudaHostRegister`` pins arena + K/V): reclaim leaves pinned
+    pages in RAM, so with a compute GPU only the engine's other memory can swap. Reads ``SwapTotal``/
     ``SwapFree`` in ``/proc/meminfo``, ``/proc/swaps``, ``memory.swap.max`` of the engine's
     cgroup and ``MemorySwapMax=`` in its unit's files. The fix is ``MemorySwapMax=0`` in a
     drop-in of the engine's unit (cgroup v2 only; v1 has no per-cgroup swap limit of its own).
@@ -29,7 +32,7 @@ class Swap(Check):
 
     id = "swap"
     title = "Swap and the arena"
-    findings = ("swappable", "configured", "swap-max-0", "locked", "off")
+    findings = ("swappable", "configured", "swap-max-0", "locked", "gpu-pinned", "off")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         limits = ctx.engine_limits
@@ -65,6 +68,8 @@ class Swap(Check):
             yield self.finding("locked", Severity.OK,
                                f"{self._on(ctx)}; the engine locks {format_bytes(limits.locked)}, its whole "
                                "arena and K/V, which cannot be swapped", evidence=evidence)
+        elif verdict == "gpu-pinned":
+            yield self._gpu_pinned(ctx, evidence)
         else:
             yield self._swappable(ctx, evidence)
 
@@ -81,7 +86,31 @@ class Swap(Check):
             return "configured"
         if pinned and limits.locked >= pinned:
             return "locked"
+        if self._pinned(ctx) is not None:
+            return "gpu-pinned"
         return "swappable"
+
+    def _pinned(self, ctx: HostContext) -> Optional[GpuPinned]:
+        gpu, _ = ctx.compute_gpu
+        return gpu_pinned(ctx.config, gpu.address if gpu is not None else None)
+
+    def _gpu_pinned(self, ctx: HostContext, evidence: List[Evidence]) -> Finding:
+        """Swap is on, but the compute GPU pins the arena: only the engine's other memory can swap."""
+        pinned = self._pinned(ctx)
+        assert pinned is not None
+        size = f" ({format_bytes(pinned.size)})" if pinned.size is not None else ""
+        watched = self._swap_watches(ctx)
+        oomd = (" systemd-oomd watches swap on " + ", ".join(w.path or "/" for w in watched)
+                + ": its swap kill picks the cgroup using the most swap, to which the pinned arena "
+                "adds nothing." if watched else "")
+        return self.finding(
+            "gpu-pinned", Severity.OK,
+            f"{self._on(ctx)}; arena + K/V{size} are pinned for the GPU {pinned.gpu} "
+            "(cudaHostRegister), which keeps them in RAM",
+            detail="Reclaim cannot free a page pinned for DMA, so the arena stays in RAM while the "
+            "engine runs; only the engine's other memory (its runtime, heap and CUDA context) can go "
+            "to swap." + oomd,
+            evidence=[*evidence, Evidence(f"/sys/bus/pci/devices/{pinned.gpu}", "the compute GPU")])
 
     def _on(self, ctx: HostContext) -> str:
         limits = ctx.engine_limits
