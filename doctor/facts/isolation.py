@@ -68,9 +68,12 @@ def parse_isolation_cmdline(text: str) -> CmdlineIsolation:
             continue
         if key == "isolcpus":
             found = found._replace(isolcpus=parse_isolcpus(word))
-        elif key in ("nohz_full", "rcu_nocbs", "systemd.cpu_affinity"):
-            field = "cpu_affinity" if key == "systemd.cpu_affinity" else key
-            found = found._replace(**{field: (word, parse_cpu_set(value))})
+        elif key == "nohz_full":
+            found = found._replace(nohz_full=(word, parse_cpu_set(value)))
+        elif key == "rcu_nocbs":
+            found = found._replace(rcu_nocbs=(word, parse_cpu_set(value)))
+        elif key == "systemd.cpu_affinity":
+            found = found._replace(cpu_affinity=(word, parse_cpu_set(value)))
         elif key == "idle":
             found = found._replace(idle=value)
     return found
