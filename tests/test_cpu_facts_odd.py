@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import FrozenSet, Optional
 
+from strata_doctor.facts.cpu import CpuFacts, count_cores, known_packages, parse_siblings
 from strata_doctor.facts.cpu_states import CpuStateFiles, asked_per_cpu, cpu_states
 from strata_doctor.facts.parse import parse_cpulist
 
@@ -81,3 +82,39 @@ def test_only_the_folders_cpu_online_leaves_out_are_asked_for_their_own_file() -
     assert asked_per_cpu("0-3,5-15\n", cpus("0-15")) == cpus("4")
     assert asked_per_cpu(None, cpus("0-3")) == cpus("0-3")
     assert asked_per_cpu("", cpus("0-3")) == cpus("0-3")
+
+
+# -- physical cores, on strings ------------------------------------------------------------------
+def test_siblings_come_from_the_list_else_from_the_mask() -> None:
+    assert parse_siblings("0,16\n", None) == cpus("0,16")
+    assert parse_siblings(None, "00000000,00010001\n") == cpus("0,16")
+    assert parse_siblings("\n", "3\n") == cpus("0-1")
+    assert parse_siblings(None, None) == frozenset()
+
+
+def test_cores_are_the_distinct_sibling_groups() -> None:
+    # 16 groups of 4 (CPU n's core is n // 4) where the core ids say otherwise.
+    group_of = {cpu: cpu - cpu % 4 for cpu in range(64)}
+    core_of = {cpu: (0, cpu % 28) for cpu in range(64)}
+    assert count_cores(cpus("0-63"), group_of, core_of) == 16
+    assert count_cores(cpus("0-7"), group_of, core_of) == 2
+
+
+def test_core_ids_count_only_where_a_cpu_has_no_group() -> None:
+    core_of = {cpu: (0, cpu // 2) for cpu in range(8)}
+    assert count_cores(cpus("0-7"), {0: 0, 1: 0}, core_of) == 4
+    assert count_cores(cpus("0-7"), {}, {}) is None
+    assert count_cores(frozenset(), {}, core_of) is None
+
+
+def test_a_package_of_minus_one_is_unknown() -> None:
+    package_of, core_of = known_packages({0: -1, 1: -1}, {0: (-1, 0), 1: (-1, 0)})
+    assert (package_of, core_of) == ({}, {})
+    assert known_packages({0: 0, 1: 1}, {0: (0, 0), 1: (1, 0)}) == ({0: 0, 1: 1}, {0: (0, 0), 1: (1, 0)})
+
+
+def test_thread_groups_in_gives_whole_groups_only_when_every_cpu_has_one() -> None:
+    facts = CpuFacts(None, 0, (), (), frozenset(), thread_group_of=((0, 0), (1, 0), (2, 2), (3, 2)))
+    assert facts.thread_groups_in(cpus("0,2")) == (cpus("0-1"), cpus("2-3"))
+    assert facts.thread_groups_in(cpus("0-4")) == ()
+    assert (facts.core_count(cpus("0-3")), facts.cores_in(cpus("0-4"))) == (2, 5)

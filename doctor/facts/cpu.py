@@ -4,40 +4,73 @@ instruction sets the kernel gives the engine's experts.
 
 import re
 from operator import itemgetter
-from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
+from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
 
 from strata_doctor.facts.numa import CPU_DIR
 from strata_doctor.facts.parse import (
     is_plain,
     parse_cpuinfo,
+    parse_cpulist,
+    parse_cpumap,
     parse_int,
 )
 from strata_doctor.root import Root
 
+SYSFS_TOPOLOGY = f"{CPU_DIR}/cpu*/topology"
+"""Each CPU's ``physical_package_id`` and ``core_id``, read where cpuinfo names no package."""
 EXPERT_ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
 
 
 class CpuFacts(NamedTuple):
-    """CPU model, sockets and ISA, from ``/proc/cpuinfo`` (sockets and cores from its
-    ``physical id`` and ``core id``, else ``/sys/devices/system/cpu/cpuN/topology``)."""
+    """CPU model, sockets and ISA, from ``/proc/cpuinfo``; sockets from its ``physical id``
+    (else ``/sys/devices/system/cpu/cpuN/topology/physical_package_id``), cores from each
+    CPU's ``thread_siblings_list`` (else its ``thread_siblings`` mask), else from the
+    (package, ``core id``) pairs."""
 
     model: Optional[str]
     """``model name`` of the first processor."""
     sockets: int
     """Number of distinct physical packages (0 when unknown)."""
     package_of: Tuple[Tuple[int, int], ...]
-    """(cpu, package id) pairs."""
+    """(cpu, package id) pairs; a CPU whose package is unknown (-1, as POWER and old ia64
+    kernels write it) has none."""
     core_of: Tuple[Tuple[int, Tuple[int, int]], ...]
     """(cpu, (package id, core id)) pairs: CPUs sharing a pair are SMT siblings."""
     flags: FrozenSet[str]
     """CPU feature flags of the first processor."""
     vendor_family_model: Optional[Tuple[str, int, int]] = None
     """(``vendor_id``, ``cpu family``, ``model``) of the first processor, when cpuinfo says."""
+    thread_group_of: Tuple[Tuple[int, int], ...] = ()
+    """(cpu, the lowest CPU of its ``thread_siblings`` group) pairs: one group per physical
+    core. Core ids alone miscount: an Opteron 6134 package holds two dies whose ``core id``
+    both run 0-3."""
+    siblings_file: str = "thread_siblings_list"
+    """The file the groups were read from: ``thread_siblings`` where only the mask exists."""
+    core_ids_source: str = "/proc/cpuinfo"
+    """Where ``package_of`` and ``core_of`` came from: ``/proc/cpuinfo``, else
+    :data:`SYSFS_TOPOLOGY`."""
+
+    def core_count(self, cpus: FrozenSet[int]) -> Optional[int]:
+        """Physical cores among ``cpus`` (:func:`count_cores`); None when unknown."""
+        return count_cores(cpus, dict(self.thread_group_of), dict(self.core_of))
 
     def cores_in(self, cpus: FrozenSet[int]) -> int:
         """Physical cores among ``cpus`` (their count when the topology is unknown)."""
-        cores = {core for cpu, core in self.core_of if cpu in cpus}
-        return len(cores) if cores else len(cpus)
+        cores = self.core_count(cpus)
+        return len(cpus) if cores is None else cores
+
+    def thread_groups_in(self, cpus: FrozenSet[int]) -> Tuple[FrozenSet[int], ...]:
+        """The whole thread_siblings group of each core among ``cpus``, by lowest CPU; empty
+        unless every CPU of ``cpus`` has a group."""
+        group_of = dict(self.thread_group_of)
+        if not cpus or not group_of.keys() >= cpus:
+            return ()
+        wanted = {group_of[cpu] for cpu in cpus}
+        members: Dict[int, List[int]] = {}
+        for cpu, first in self.thread_group_of:
+            if first in wanted:
+                members.setdefault(first, []).append(cpu)
+        return tuple(frozenset(members[first]) for first in sorted(members))
 
     def packages_in(self, cpus: FrozenSet[int]) -> FrozenSet[int]:
         """Packages (sockets) that own any of ``cpus``."""
@@ -64,8 +97,13 @@ def read_cpu(root: Root) -> CpuFacts:
     first = blocks[0] if blocks else None
     model = (first.get("model name") or first.get("cpu")) if first else None
     flags_text = (first.get("flags") or first.get("Features") or "") if first else ""
+    folders = _cpu_folders(root)
+    package_of, core_of = known_packages(package_of, core_of)
+    core_ids_source = "/proc/cpuinfo"
     if not package_of:
-        package_of, core_of = _sysfs_topology(root)
+        package_of, core_of = _sysfs_topology(root, folders)
+        core_ids_source = SYSFS_TOPOLOGY
+    group_of, siblings_file = _read_thread_groups(root, folders)
     return CpuFacts(
         model=model,
         sockets=len(set(package_of.values())),
@@ -73,6 +111,9 @@ def read_cpu(root: Root) -> CpuFacts:
         core_of=tuple(sorted(core_of.items())),
         flags=frozenset(flags_text.split()),
         vendor_family_model=_vendor_family_model(first),
+        thread_group_of=tuple(sorted(group_of.items())),
+        siblings_file=siblings_file,
+        core_ids_source=core_ids_source,
     )
 
 
@@ -165,19 +206,74 @@ def _id_blocks(found: List[Tuple[bytes, bytes]]) -> List[Dict[str, str]]:
     return blocks
 
 
-def _sysfs_topology(root: Root) -> Tuple[Dict[int, int], Dict[int, Tuple[int, int]]]:
+def known_packages(package_of: Dict[int, int], core_of: Dict[int, Tuple[int, int]]) -> Topology:
+    """The CPUs whose package is known: -1 (POWER, old ia64) says the kernel does not know,
+    and counting it as one socket would make one package of a whole machine."""
+    if all(pkg >= 0 for pkg in package_of.values()):
+        return package_of, core_of
+    known = {cpu: pkg for cpu, pkg in package_of.items() if pkg >= 0}
+    return known, {cpu: core for cpu, core in core_of.items() if cpu in known}
+
+
+def _cpu_folders(root: Root) -> List[int]:
+    """The CPU of each ``cpuN`` folder, in id order."""
+    names = root.listdir(CPU_DIR)
+    return sorted(int(name[3:]) for name in names if name.startswith("cpu") and name[3:].isdigit())
+
+
+def _sysfs_topology(root: Root, folders: List[int]) -> Topology:
     package_of: Dict[int, int] = {}
     core_of: Dict[int, Tuple[int, int]] = {}
-    for name in root.listdir(CPU_DIR):
-        if not (name.startswith("cpu") and name[3:].isdigit()):
-            continue
-        cpu = int(name[3:])
-        pkg = parse_int(root.read(f"{CPU_DIR}/{name}/topology/physical_package_id"))
-        core = parse_int(root.read(f"{CPU_DIR}/{name}/topology/core_id"))
-        if pkg is not None:
+    for cpu in folders:
+        pkg = parse_int(root.read(f"{CPU_DIR}/cpu{cpu}/topology/physical_package_id"))
+        core = parse_int(root.read(f"{CPU_DIR}/cpu{cpu}/topology/core_id"))
+        if pkg is not None and pkg >= 0:
             package_of[cpu] = pkg
             core_of[cpu] = (pkg, core if core is not None else cpu)
     return package_of, core_of
+
+
+# -- physical cores: the thread_siblings groups -------------------------------------------
+def parse_siblings(listed: Optional[str], mask: Optional[str]) -> FrozenSet[int]:
+    """A CPU's SMT siblings, itself among them, from ``thread_siblings_list``, else from the
+    ``thread_siblings`` mask (kernels before 2.6.26 wrote only the mask)."""
+    if listed is not None and listed.strip():
+        return parse_cpulist(listed)
+    return parse_cpumap(mask or "")
+
+
+def count_cores(cpus: FrozenSet[int], group_of: Mapping[int, int],
+                core_of: Mapping[int, Tuple[int, int]]) -> Optional[int]:
+    """Physical cores among ``cpus``: their distinct thread_siblings groups when each has
+    one, else their distinct (package, core id) pairs when each has one; None otherwise."""
+    if not cpus:
+        return None
+    if group_of.keys() >= cpus:
+        return len({group_of[cpu] for cpu in cpus})
+    if core_of.keys() >= cpus:
+        return len({core_of[cpu] for cpu in cpus})
+    return None
+
+
+def _read_thread_groups(root: Root, folders: List[int]) -> Tuple[Dict[int, int], str]:
+    """(cpu -> lowest CPU of its group, the file read): one read per core, since a core's
+    list names its siblings; a CPU whose file is missing or leaves it out has no group."""
+    group_of: Dict[int, int] = {}
+    masks = False
+    for cpu in folders:
+        if cpu in group_of:
+            continue
+        base = f"{CPU_DIR}/cpu{cpu}/topology"
+        listed = root.read(f"{base}/thread_siblings_list")
+        mask = root.read(f"{base}/thread_siblings") if listed is None else None
+        siblings = parse_siblings(listed, mask)
+        if cpu not in siblings:
+            continue
+        masks = masks or listed is None
+        first = min(siblings)
+        for sibling in siblings:
+            group_of.setdefault(sibling, first)
+    return group_of, "thread_siblings" if masks else "thread_siblings_list"
 
 
 # -- the instruction sets the kernel gives, not only those the CPU has ------------------------
