@@ -35,8 +35,8 @@ class PoolRelease(NamedTuple):
         if not self.users.any:
             return ""
         if self.opted_in:
-            return f"; other users may need it ({self.users.text}), but {OPT_IN} lets the fix release it"
-        return f"; other users may need it ({self.users.text}), so the fix leaves it alone"
+            return f"; other users may need it, but {OPT_IN} lets the fix release it: {self.users.text}"
+        return f"; other users may need it, so the fix leaves it alone: {self.users.text}"
 
     @property
     def detail(self) -> str:

@@ -62,12 +62,17 @@ class PoolTakers(NamedTuple):
     unseen: int
     """Taken pages none of the above accounts for (SysV segments, another PID namespace,
     maps that need root to read); 0 when every page is accounted for."""
+    more: Tuple[int, int] = (0, 0)
+    """(processes, pages) of the holders after the first four: seen, only not named."""
 
     @property
     def text(self) -> str:
         """The account, each holder with its pages: ``engine pid 4242: 8,221; orphaned
         hugetlbfs files: 100``."""
         parts = [f"{p.name} pid {p.pid}: {format_count(p.pages)}" for p in self.processes]
+        if self.more[0]:
+            parts.append(f"{self.more[0]} more process{'' if self.more[0] == 1 else 'es'}: "
+                         f"{format_count(self.more[1])}")
         if self.orphaned:
             parts.append(f"orphaned hugetlbfs files: {format_count(self.orphaned)}")
         if self.unseen:
@@ -79,9 +84,11 @@ class PoolTakers(NamedTuple):
 def pool_takers(facts: HugepageFacts, pool: PagePool, taken: int) -> PoolTakers:
     """Account for ``taken`` pages of ``pool``."""
     processes = tuple(PoolTaker(h.name, h.pid, h.bytes // pool.size) for h in facts.holders[:4])
+    rest = facts.holders[4:]
+    more = (len(rest), sum(h.bytes // pool.size for h in rest))
     orphaned = orphan_pages(facts, pool.size)
-    unseen = taken - sum(p.pages for p in processes) - orphaned
-    return PoolTakers(processes, orphaned, max(0, unseen))
+    unseen = taken - sum(p.pages for p in processes) - more[1] - orphaned
+    return PoolTakers(processes, orphaned, max(0, unseen), more)
 
 
 class OrphanBlock(NamedTuple):

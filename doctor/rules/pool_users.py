@@ -9,7 +9,7 @@ host shows such a user, the fix leaves the pool alone unless the config opts in
 """
 
 from collections import Counter
-from typing import NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 from strata_doctor.facts.hugepages import Holder, HugepageFacts, format_page_size
 from strata_doctor.facts.hugetlbfs import HugetlbfsMount
@@ -53,15 +53,26 @@ class PoolUsers(NamedTuple):
         ve_drv, at 0000:1a:00.0 to 0000:b2:00.0); veos pid 2101: 512 pages``."""
         kinds = {d.kind for d in self.devices}
         parts = [_devices_words(self.devices, kind) for kind in _KINDS if kind in kinds]
-        parts += [f"{h.name} pid {h.pid}: {format_count(h.bytes // self.page_size)} "
-                  f"{format_page_size(self.page_size)} pages ({format_bytes(h.bytes)})"
-                  for h in self.holders[:4]]
+        parts += [_holders_words(name, [h for h in self.holders if h.name == name], self.page_size)
+                  for name in dict.fromkeys(h.name for h in self.holders)]
         parts += [f"{name} pid {pid}" for pid, name in self.dpdk[:4]]
         parts += [f"hugetlbfs mounted at {m.mount_point} ({_files(len(m.files))})" for m in self.mounts]
         if self.shm_group:
             parts.append(f"vm.hugetlb_shm_group = {self.shm_group} (group {self.shm_group} may make "
                          "SHM_HUGETLB segments)")
         return "; ".join(parts)
+
+
+def _holders_words(name: str, holders: List[Holder], page_size: int) -> str:
+    """``veos pid 3101: 256 2 MiB pages (512.00 MiB)``, or for several of one name
+    ``veos (8 processes, pids 3101, 3102, 3103, 3104, ...): 2,048 2 MiB pages (4.00 GiB)``."""
+    held = sum(h.bytes for h in holders)
+    pages = f"{format_count(held // page_size)} {format_page_size(page_size)} pages ({format_bytes(held)})"
+    if len(holders) == 1:
+        return f"{name} pid {holders[0].pid}: {pages}"
+    pids = ", ".join(str(h.pid) for h in sorted(holders, key=lambda h: h.pid)[:4])
+    more = ", ..." if len(holders) > 4 else ""
+    return f"{name} ({len(holders)} processes, pids {pids}{more}): {pages}"
 
 
 def _files(count: int) -> str:
@@ -76,7 +87,7 @@ def _devices_words(devices: Tuple[PoolDevice, ...], kind: str) -> str:
     ids = ", ".join(f"{i} x{n}" if len(of_kind) > 1 and n < len(of_kind) else i
                     for i, n in Counter(d.ids for d in of_kind).items())
     drivers = ", ".join(sorted({d.driver or "no driver" for d in of_kind}))
-    where = ", ".join(d.address for d in of_kind[:4]) + (", ..." if len(of_kind) > 4 else "")
+    where = ", ".join(d.address for d in of_kind[:8]) + (", ..." if len(of_kind) > 8 else "")
     return (f"{len(of_kind)} {one if len(of_kind) == 1 else many} ({ids}, driver {drivers}, "
             f"at {where})")
 
