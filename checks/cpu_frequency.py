@@ -18,7 +18,8 @@ class CpuFrequencyCheck(Check):
 
     Reads ``/sys/devices/system/cpu/cpufreq/policyN/`` (``scaling_driver``,
     ``scaling_governor``, ``energy_performance_preference``, ``scaling_cur_freq``,
-    ``cpuinfo_min_freq``, ``cpuinfo_max_freq``, ``affected_cpus``),
+    ``cpuinfo_min_freq``, ``cpuinfo_max_freq``, ``affected_cpus``), or the same files in
+    ``cpuN/cpufreq/`` for a CPU no policy folder governs (3.x and early 4.x kernels),
     ``intel_pstate/no_turbo``, ``cpufreq/boost`` and ``/sys/firmware/acpi/platform_profile``
     for the CPUs the expert pool will run on (the binding plan's node, else every CPU).
     The pool is compute-bound on the CPU for most routed experts (58-84% on the seed box),
@@ -27,14 +28,16 @@ class CpuFrequencyCheck(Check):
     Warnings: ``powersave`` with a driver where it means the lowest frequency (not
     intel_pstate or amd-pstate-epp in active mode, whose powersave scales with load), an
     energy/performance preference of ``power`` or ``balance_power``, turbo off, and the
-    ``low-power`` platform profile. The remedy is advice only, since the operator pays the
+    ``low-power`` platform profile. An empty ``scaling_governor`` is unknown (info), never
+    a policy that is fine. The remedy is advice only, since the operator pays the
     power: ``tuned-adm profile throughput-performance`` where TuneD is installed, otherwise
     ``cpupower frequency-set -g performance``. No file is written.
     """
 
     id = "cpu-frequency"
     title = "CPU frequency policy"
-    findings = ("powersave", "power-preference", "turbo-off", "low-power-profile", "performance", "no-policy")
+    findings = ("powersave", "power-preference", "turbo-off", "low-power-profile", "unknown-governor",
+                "performance", "no-policy")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if not ctx.cpu_frequency.known:
@@ -48,6 +51,7 @@ class CpuFrequencyCheck(Check):
         scope = _scope(cpus, where)
         policies = freq.policies_of(cpus)
         low = [p for p in policies if p.pinned_low]
+        unnamed = [p for p in policies if p.governor is None]
         found = [
             self._powersave(ctx, low, scope) if low else None,
             self._power_preference(freq, policies, cpus, scope),
@@ -56,8 +60,11 @@ class CpuFrequencyCheck(Check):
         ]
         findings = [f for f in found if f is not None]
         yield from findings
-        if not findings:
-            yield self._fine(policies, scope)
+        if unnamed:
+            yield self._unknown_governor(unnamed, cpus, scope)
+        named = tuple(p for p in policies if p.governor is not None)
+        if not findings and (named or not unnamed):
+            yield self._fine(named, _share(list(named), cpus, scope) if named else scope)
 
     def _power_preference(
         self, freq: CpuFrequency, policies: Tuple[FreqPolicy, ...], cpus: FrozenSet[int], scope: str,
@@ -120,15 +127,31 @@ class CpuFrequencyCheck(Check):
     def _powersave(self, ctx: HostContext, low: List[FreqPolicy], scope: str) -> Finding:
         freq = ctx.cpu_frequency
         cpus = ctx.pool_cpus[0]
-        every = "all of " if len(low) == len(freq.policies_of(cpus)) else f"{_count(low, cpus)} of "
+        if len(low) < len(freq.policies_of(cpus)):
+            held = f"{_count(low, cpus)} of {scope}"
+        else:  # "all of node 1's 44 CPUs", but not "all of all 32 CPUs"
+            held = scope if scope.startswith("all ") else f"all of {scope}"
         return self.finding(
             "powersave", Severity.WARNING,
-            f"the powersave governor of {_drivers(low)} holds {every}{scope}{_clock(low)}",
+            f"the powersave governor of {_drivers(low)} holds {held}{_clock(low)}",
             detail=f"With {_drivers(low)}, the powersave governor always picks the lowest "
             "frequency, whatever the load: the expert pool computes its routed experts at that "
             "clock. " + _advice_text(freq),
             evidence=_policy_evidence(low, "scaling_governor"),
             fix=_advice(freq, "run the pool's CPUs under the performance governor"),
+        )
+
+    def _unknown_governor(self, unnamed: List[FreqPolicy], cpus: FrozenSet[int], scope: str) -> Finding:
+        """Policies whose ``scaling_governor`` the tree leaves empty: unknown, never fine."""
+        return self.finding(
+            "unknown-governor", Severity.INFO,
+            f"scaling_governor names no governor for {_share(unnamed, cpus, scope)} "
+            f"({_drivers(unnamed)}): their frequency policy is unknown",
+            detail="Reading scaling_governor fails (EINVAL) while no governor is attached to "
+            "the policy, after a driver switch or when the default governor did not load, and "
+            "a capture keeps that as an empty file. On the host, `cpupower frequency-info` "
+            "names the policy; `cpupower frequency-set -g performance` attaches one.",
+            evidence=_policy_evidence(unnamed, "scaling_governor"),
         )
 
     @staticmethod
@@ -144,7 +167,7 @@ class CpuFrequencyCheck(Check):
             return self.finding("no-policy", Severity.OK,
                                 f"no cpufreq policy covers {scope}; turbo and platform profile are not "
                                 "power-saving")
-        governors = sorted({f"{p.governor or 'unknown'} ({p.driver or 'driver unknown'})" for p in policies})
+        governors = sorted({f"{p.governor} ({p.driver or 'driver unknown'})" for p in policies})
         epps = sorted({p.epp for p in policies if p.epp})
         return self.finding(
             "performance", Severity.OK,
@@ -205,7 +228,7 @@ def _policy_evidence(
 ) -> Tuple[Evidence, ...]:
     first = policies[0]
     value = {"scaling_governor": first.governor, "energy_performance_preference": first.epp}[attribute]
-    line = f"{value or 'unknown'} (scaling_driver {first.driver or 'unknown'}"
+    line = f"{value or 'empty'} (scaling_driver {first.driver or 'unknown'}"
     if first.cur_khz:
         line += f", scaling_cur_freq {first.cur_khz} kHz"
     if first.min_khz and first.max_khz:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.facts.cpu_policy import NUMA_BALANCING, VMSTAT
+from strata_doctor.facts.cpu_policy import (
+    CMDLINE,
+    KERNEL_RELEASE,
+    NUMA_BALANCING,
+    PROC_CONFIG,
+    VMSTAT,
+    BalancingDefault,
+)
 from strata_doctor.facts.cpu_policy import NumaBalancing as NumaBalancingFacts
 from strata_doctor.facts.sysctl import SysctlSetting
 from strata_doctor.fix.memory import sysctl_fix, sysctl_placement
@@ -29,12 +36,16 @@ class NumaBalancing(Check):
     second-guessed page by page. llama.cpp prints a warning for exactly this. Debian, Ubuntu,
     Fedora and RHEL kernels turn it on by default on every host with two nodes or more.
     The fix writes ``kernel.numa_balancing = 0`` into the sysctl.d file the hugepages fix
-    uses and sets it now. Hosts with one CPU node have nothing to balance: skipped.
+    uses and sets it now. Hosts with one CPU node have nothing to balance: skipped. A
+    missing file is unknown (a capture may leave it out), not off, unless the kernel's
+    config or release shows the kernel lacks the feature; the finding says what boot would
+    set (``numa_balancing=`` on the command line, ``CONFIG_NUMA_BALANCING_DEFAULT_ENABLED``,
+    or the release and the distributions' default).
     """
 
     id = "numa-balancing"
     title = "Automatic NUMA balancing"
-    findings = ("enabled", "configured", "off", "unsupported", "unreadable")
+    findings = ("enabled", "configured", "off", "unknown", "unsupported", "unreadable")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if len(ctx.numa.cpu_nodes) < 2:
@@ -45,7 +56,7 @@ class NumaBalancing(Check):
         facts = ctx.numa_balancing
         configured = ctx.hugepages.sysctl.last(KEY)
         if facts.mode is None:
-            yield self._unread(facts)
+            yield self._unread(ctx, facts)
             return
         evidence: List[Evidence] = [Evidence(NUMA_BALANCING, str(facts.mode))]
         if configured is not None:
@@ -62,17 +73,39 @@ class NumaBalancing(Check):
         else:
             yield self._enabled(ctx, facts, evidence)
 
-    def _unread(self, facts: NumaBalancingFacts) -> Finding:
-        if facts.unread == "missing":
+    def _unread(self, ctx: HostContext, facts: NumaBalancingFacts) -> Finding:
+        default = facts.default
+        if facts.unread != "missing" or default is None:
+            return self.finding(
+                "unreadable", Severity.INFO,
+                f"{NUMA_BALANCING} could not be read ({facts.unread or 'not a number'})",
+            )
+        lacking = _lacking(default)
+        if lacking is not None:
             return self.finding(
                 "unsupported", Severity.OK,
-                f"{NUMA_BALANCING} is absent: a kernel built without automatic NUMA balancing "
-                "(CONFIG_NUMA_BALANCING), or a capture without the file",
-                evidence=(Evidence(NUMA_BALANCING, "missing"),),
+                f"{NUMA_BALANCING} is absent: kernel {default.release} has no automatic NUMA "
+                f"balancing ({lacking})",
+                evidence=(Evidence(NUMA_BALANCING, "missing"), *_default_evidence(default)),
             )
+        return self._unknown(ctx, default)
+
+    def _unknown(self, ctx: HostContext, default: BalancingDefault) -> Finding:
+        """The file is absent but the kernel may have the feature: what boot would set."""
+        configured = ctx.hugepages.sysctl.last(KEY)
+        evidence = [Evidence(NUMA_BALANCING, "missing"), *_default_evidence(default)]
+        if configured is not None:
+            evidence.append(Evidence(configured.path, f"{KEY} = {configured.value}"))
+        later = f"; {configured.path} sets {configured.value} after boot" if configured else ""
         return self.finding(
-            "unreadable", Severity.INFO,
-            f"{NUMA_BALANCING} could not be read ({facts.unread or 'not a number'})",
+            "unknown", Severity.INFO,
+            f"{NUMA_BALANCING} is absent from the capture, so whether automatic NUMA balancing "
+            f"is on is unknown; {_boot_default(default, len(ctx.numa.cpu_nodes))}{later}",
+            detail="On the host itself, `cat /proc/sys/kernel/numa_balancing` tells (0 is off). "
+            "Where it is on, the kernel unmaps and migrates the arena's pages while the pool "
+            f"reads them; `sysctl -w {KEY}=0` turns it off, and `{KEY} = 0` in sysctl.d keeps "
+            "it off at the next boots.",
+            evidence=tuple(evidence),
         )
 
     def _off(
@@ -135,3 +168,48 @@ def _since_boot(facts: NumaBalancingFacts) -> str:
         return ""
     return (f"; since boot it has taken {faults:,} hinting faults and migrated "
             f"{migrated:,} pages ({migrated * 4 / 2**20:.1f} GiB)")
+
+
+FIRST_RELEASE = (3, 8)
+"""The first Linux release with automatic NUMA balancing (CONFIG_NUMA_BALANCING)."""
+_CONFIG_KEYS = ("CONFIG_NUMA_BALANCING", "CONFIG_NUMA_BALANCING_DEFAULT_ENABLED")
+
+
+def _lacking(default: BalancingDefault) -> Optional[str]:
+    """Why the kernel has no automatic NUMA balancing, when the tree shows it; else None."""
+    if default.built is False:
+        return f"{_CONFIG_KEYS[0]} is not set in {default.config}"
+    if default.built is None and default.version is not None and default.version < FIRST_RELEASE:
+        return "it came with Linux 3.8"
+    return None
+
+
+def _boot_default(default: BalancingDefault, nodes: int) -> str:
+    """What the kernel sets at boot on ``nodes`` nodes, from the strongest evidence the tree has."""
+    if default.cmdline in ("enable", "disable"):
+        return (f"numa_balancing={default.cmdline} on {CMDLINE} turns it "
+                f"{'on' if default.cmdline == 'enable' else 'off'} at boot")
+    if default.built:
+        setting = f"{_CONFIG_KEYS[1]}=y" if default.enabled else f"{_CONFIG_KEYS[1]} is not set"
+        return (f"kernel {default.release} has it ({default.config}: {setting}), so it is "
+                f"{'on' if default.enabled else 'off'} at boot on these {nodes} nodes")
+    if default.release is None:
+        return f"the capture has neither {KERNEL_RELEASE} nor a kernel config to tell whether it is built in"
+    since = "comes after Linux 3.8, which brought it," if default.version else "may have it,"
+    return (f"kernel {default.release} {since} and Debian, Ubuntu, Fedora and RHEL 7 or later "
+            f"kernels turn it on by default with two nodes or more (this host has {nodes}); "
+            f"neither /boot/config-{default.release} nor {PROC_CONFIG} is in the capture to tell")
+
+
+def _default_evidence(default: BalancingDefault) -> Tuple[Evidence, ...]:
+    """The files the boot default was judged from."""
+    found = []
+    if default.release is not None:
+        found.append(Evidence(KERNEL_RELEASE, default.release))
+    if default.config is not None:
+        states = (default.built, default.enabled)
+        words = (f"{key}={'y' if on else 'n'}" for key, on in zip(_CONFIG_KEYS, states))
+        found.append(Evidence(default.config, ", ".join(words)))
+    if default.cmdline is not None:
+        found.append(Evidence(CMDLINE, f"numa_balancing={default.cmdline}"))
+    return tuple(found)

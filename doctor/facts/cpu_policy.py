@@ -7,7 +7,9 @@ keeps one answer per host (``ctx.numa_balancing``, ``ctx.cpu_frequency``,
 ``ctx.thread_siblings``, ``ctx.virtualization``).
 """
 
-from typing import Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Tuple
+import re
+import zlib
+from typing import Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 from strata_doctor.facts.parse import parse_cpulist, parse_int
 from strata_doctor.root import Command, Root
@@ -25,9 +27,32 @@ TUNED_PROFILE = "/etc/tuned/active_profile"
 DETECT_VIRT = Command("systemd-detect-virt-vm", ("systemd-detect-virt", "--vm"))
 """``systemd-detect-virt --vm``: the hypervisor's name, or ``none`` (exit status 1)."""
 _VMSTAT_KEYS = ("numa_pages_migrated", "numa_hint_faults", "numa_pte_updates")
+KERNEL_RELEASE = "/proc/sys/kernel/osrelease"
+CMDLINE = "/proc/cmdline"
+PROC_CONFIG = "/proc/config.gz"
+_CONFIG_KEYS = ("CONFIG_NUMA_BALANCING", "CONFIG_NUMA_BALANCING_DEFAULT_ENABLED")
 
 
 # -- automatic NUMA balancing -------------------------------------------------------------
+class BalancingDefault(NamedTuple):
+    """What the kernel sets ``kernel.numa_balancing`` to at boot, as far as the tree shows:
+    read only when the sysctl file itself is missing."""
+
+    release: Optional[str]
+    """``/proc/sys/kernel/osrelease``; None when the capture lacks it."""
+    version: Optional[Tuple[int, int]]
+    """The release's major and minor number (``3.10.0-514.el7.x86_64``: (3, 10))."""
+    config: Optional[str]
+    """``/boot/config-<release>`` or ``/proc/config.gz``, the config read; None: neither."""
+    built: Optional[bool]
+    """``CONFIG_NUMA_BALANCING`` in that config (absent: hidden by a dependency, so False);
+    None without a config."""
+    enabled: Optional[bool]
+    """``CONFIG_NUMA_BALANCING_DEFAULT_ENABLED``: on at boot with two nodes or more."""
+    cmdline: Optional[str]
+    """``numa_balancing=`` on ``/proc/cmdline`` (``enable``, ``disable``), the last one."""
+
+
 class NumaBalancing(NamedTuple):
     """``kernel.numa_balancing`` and what it has done, from ``/proc``."""
 
@@ -35,10 +60,13 @@ class NumaBalancing(NamedTuple):
     """``/proc/sys/kernel/numa_balancing``: 0 off, 1 on, 2 memory tiering (bits may combine);
     None when the file is absent or unreadable."""
     unread: Optional[str]
-    """Why the file could not be read (``missing``: a kernel without CONFIG_NUMA_BALANCING)."""
+    """Why the file could not be read (``missing``: no CONFIG_NUMA_BALANCING, or a capture
+    without the file)."""
     counters: Tuple[Tuple[str, int], ...]
     """``numa_pages_migrated``, ``numa_hint_faults`` and ``numa_pte_updates`` from
     ``/proc/vmstat`` since boot, those present."""
+    default: Optional[BalancingDefault] = None
+    """What the kernel would set at boot; read only when the file is missing."""
 
     @property
     def on(self) -> bool:
@@ -51,7 +79,8 @@ class NumaBalancing(NamedTuple):
 
 
 def read_numa_balancing(root: Root) -> NumaBalancing:
-    """Read ``kernel.numa_balancing`` and its ``/proc/vmstat`` counters through ``root``."""
+    """Read ``kernel.numa_balancing`` and its ``/proc/vmstat`` counters through ``root``;
+    when the file is missing, what the kernel would set at boot."""
     mode = parse_int(root.read(NUMA_BALANCING))
     unread = root.reads.get(NUMA_BALANCING) if mode is None else None
     counters: List[Tuple[str, int]] = []
@@ -62,22 +91,87 @@ def read_numa_balancing(root: Root) -> NumaBalancing:
                 number = parse_int(value)
                 if number is not None:
                     counters.append((key, number))
-    return NumaBalancing(mode, unread if mode is None else None, tuple(counters))
+    return NumaBalancing(mode, unread, tuple(counters),
+                         _read_default(root) if unread == "missing" else None)
+
+
+def _read_default(root: Root) -> BalancingDefault:
+    release = root.read_value(KERNEL_RELEASE)
+    path, text = _read_kernel_config(root, release)
+    config = parse_kernel_config(text or "", _CONFIG_KEYS)
+    cmdline = root.read(CMDLINE) if root.exists(CMDLINE) else None
+    return BalancingDefault(
+        release, parse_release(release or ""), path, config.get(_CONFIG_KEYS[0], False) if text else None,
+        config.get(_CONFIG_KEYS[1], False) if text else None, cmdline_value(cmdline or "", "numa_balancing"))
+
+
+def _read_kernel_config(root: Root, release: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    """(path, text) of the running kernel's config: ``/boot/config-<release>``, else
+    ``/proc/config.gz`` (CONFIG_IKCONFIG_PROC); (None, None) when the tree has neither."""
+    boot = f"/boot/config-{release}" if release and "/" not in release else None
+    if boot is not None and root.exists(boot):
+        text = root.read(boot)
+        if text:
+            return boot, text
+    if root.exists(PROC_CONFIG):
+        text = gunzip_text(root.read_bytes(PROC_CONFIG) or b"")
+        if text:
+            return PROC_CONFIG, text
+    return None, None
+
+
+def gunzip_text(data: bytes) -> Optional[str]:
+    """A gzip file's text, at most 16 MiB of it; None when it is not gzip."""
+    try:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, 16 << 20).decode(
+            "utf-8", "replace") or None
+    except zlib.error:
+        return None
+
+
+def parse_kernel_config(text: str, keys: Iterable[str]) -> Dict[str, bool]:
+    """``keys`` a kernel config sets: True for ``=y`` or ``=m``, False for ``# CONFIG_X is not
+    set``; a key the text does not name is left out."""
+    wanted = set(keys)
+    found: Dict[str, bool] = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key in wanted:
+            found[key] = value.strip() in ("y", "m")
+        elif line.startswith("# ") and line.rstrip().endswith(" is not set"):
+            name = line[2:].split(" ", 1)[0]
+            if name in wanted:
+                found[name] = False
+    return found
+
+
+def parse_release(text: str) -> Optional[Tuple[int, int]]:
+    """``3.10.0-514.el7.x86_64`` -> (3, 10); None when it does not start with two numbers."""
+    match = re.match(r"(\d+)\.(\d+)", text.strip())
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def cmdline_value(text: str, word: str) -> Optional[str]:
+    """The value of the last ``word=value`` on a kernel command line; None when absent."""
+    values = [w.partition("=")[2] for w in text.split() if w.startswith(f"{word}=")]
+    return values[-1] if values else None
 
 
 # -- the CPU frequency policy -------------------------------------------------------------
 class FreqPolicy(NamedTuple):
-    """One cpufreq policy, from ``/sys/devices/system/cpu/cpufreq/policyN/``."""
+    """One cpufreq policy, from ``/sys/devices/system/cpu/cpufreq/policyN/``, or on 3.x and
+    early 4.x kernels from ``/sys/devices/system/cpu/cpuN/cpufreq/``."""
 
     path: str
-    """The policy's folder."""
+    """The policy's folder (``cpufreq/policyN`` or ``cpuN/cpufreq``)."""
     cpus: FrozenSet[int]
     """The CPUs it governs (``affected_cpus``, else ``related_cpus``, else N)."""
     driver: Optional[str]
     """``scaling_driver``: ``acpi-cpufreq``, ``intel_pstate``, ``intel_cpufreq`` (intel_pstate
     passive), ``amd-pstate-epp``, ``amd-pstate``, ``cppc_cpufreq``..."""
     governor: Optional[str]
-    """``scaling_governor``."""
+    """``scaling_governor``; None when absent or empty (the kernel answers EINVAL while no
+    governor is attached, which a capture keeps as an empty file): unknown."""
     epp: Optional[str]
     """``energy_performance_preference`` (intel_pstate, amd-pstate-epp); None when absent."""
     cur_khz: Optional[int]
@@ -135,10 +229,15 @@ def read_cpu_frequency(root: Root, cpus: Iterable[int]) -> CpuFrequency:
 
     x86 kernels make one ``policyN`` per CPU, named after it: only those of ``cpus`` are read
     (a few files each), unless none is (a policy that governs a cluster of CPUs is named after
-    its first one), and then every policy. Driver and clocks are read once for each distinct
-    governor and preference, from the first policy that has them.
+    its first one), and then every policy. A CPU of ``cpus`` no policy governs is read from
+    its own ``cpuN/cpufreq`` folder, where 3.x and early 4.x kernels keep the policy (and where
+    captures that copied ``cpuN/cpufreq`` without ``cpu/cpufreq`` keep it), as cpupower and
+    node_exporter read it. Driver and clocks are read once for each distinct governor and
+    preference, from the first policy that has them.
     """
-    policies = _read_policies(root, _policy_names(root, frozenset(cpus)))
+    wanted = frozenset(cpus)
+    policies = _read_policies(root, _policy_folders(root, wanted))
+    policies += _read_policies(root, _percpu_folders(root, wanted.difference(*(p.cpus for p in policies))))
     profile = root.read_value(PLATFORM_PROFILE)
     tuned_profile = root.read_value(TUNED_PROFILE) if root.exists(TUNED_PROFILE) else None
     return CpuFrequency(
@@ -152,25 +251,36 @@ def read_cpu_frequency(root: Root, cpus: Iterable[int]) -> CpuFrequency:
     )
 
 
-def _policy_names(root: Root, wanted: FrozenSet[int]) -> List[str]:
-    """The ``policyN`` folders named after a CPU of ``wanted``, in CPU order; every policy
-    when none is."""
-    names = sorted((n for n in root.listdir(CPUFREQ_DIR) if n.startswith("policy") and n[6:].isdigit()),
-                   key=lambda n: int(n[6:]))
-    return [n for n in names if int(n[6:]) in wanted] or names
+def _policy_folders(root: Root, wanted: FrozenSet[int]) -> List[Tuple[str, int]]:
+    """(folder, CPU named) of the ``policyN`` folders named after a CPU of ``wanted``, in CPU
+    order; every policy when none is."""
+    numbers = sorted(int(n[6:]) for n in root.listdir(CPUFREQ_DIR)
+                     if n.startswith("policy") and n[6:].isdigit())
+    chosen = [n for n in numbers if n in wanted] or numbers
+    return [(f"{CPUFREQ_DIR}/policy{n}", n) for n in chosen]
 
 
-def _read_policies(root: Root, names: List[str]) -> List[FreqPolicy]:
-    """Each policy of ``names``; driver and clocks are those of the first policy read with
-    the same governor and preference."""
+def _percpu_folders(root: Root, cpus: FrozenSet[int]) -> List[Tuple[str, int]]:
+    """(folder, CPU) of the ``cpuN/cpufreq`` folders of ``cpus``, those that exist."""
+    folders = ((f"{CPU_DIR}/cpu{cpu}/cpufreq", cpu) for cpu in sorted(cpus))
+    return [(base, cpu) for base, cpu in folders if root.is_dir(base)]
+
+
+def _read_policies(root: Root, folders: List[Tuple[str, int]]) -> List[FreqPolicy]:
+    """Each policy of ``folders`` but those whose CPU an earlier one governs (an old kernel
+    links a shared policy's other CPUs to its first CPU's folder); driver and clocks are
+    those of the first policy read with the same governor and preference."""
     policies: List[FreqPolicy] = []
     shared: Dict[Tuple[Optional[str], Optional[str]], FreqPolicy] = {}
-    for name in names:
-        base = f"{CPUFREQ_DIR}/{name}"
+    covered: Set[int] = set()
+    for base, cpu in folders:
+        if cpu in covered:
+            continue
         governor = root.read_value(f"{base}/scaling_governor")
         epp = root.read_value(f"{base}/energy_performance_preference")
         cpus_text = root.read(f"{base}/affected_cpus") or root.read(f"{base}/related_cpus") or ""
-        governed = parse_cpulist(",".join(cpus_text.split())) or frozenset({int(name[6:])})
+        governed = parse_cpulist(",".join(cpus_text.split())) or frozenset({cpu})
+        covered.update(governed)
         first = shared.get((governor, epp))
         if first is None:
             first = shared[(governor, epp)] = _read_clocks(root, base, governed, governor, epp)
@@ -236,28 +346,38 @@ class Virtualization(NamedTuple):
     detected: Optional[str]
     """``systemd-detect-virt --vm``: the hypervisor (``kvm``, ``vmware``, ``microsoft``...),
     ``none``, or None when the program is not installed or did not answer."""
+    platform_guest: Optional[str] = None
+    """The hypervisor of a platform that only runs as a guest: an IBM pSeries LPAR's
+    (``PowerVM LPAR``, from /proc/cpuinfo's ``platform`` and the device tree); None elsewhere."""
 
     @property
     def virtual(self) -> bool:
         """Whether the host is a virtual machine."""
+        if self.platform_guest is not None:
+            return True
         if self.detected is not None:
             return self.detected != "none" or self.hypervisor_flag
         return self.hypervisor_flag
 
     @property
     def name(self) -> str:
-        """The hypervisor as ``systemd-detect-virt`` names it, else ``a hypervisor``."""
-        return self.detected if self.detected and self.detected != "none" else "a hypervisor"
+        """The hypervisor as ``systemd-detect-virt`` names it, else as the platform does, else
+        ``a hypervisor``."""
+        if self.detected and self.detected != "none":
+            return self.detected
+        return self.platform_guest or "a hypervisor"
 
 
-def read_virtualization(root: Root, flags: FrozenSet[str]) -> Virtualization:
-    """Read the signs of a virtual machine through ``root`` (``flags``: the CPU's flags)."""
+def read_virtualization(root: Root, flags: FrozenSet[str],
+                        platform_guest: Optional[str] = None) -> Virtualization:
+    """Read the signs of a virtual machine through ``root`` (``flags``: the CPU's flags;
+    ``platform_guest``: the hypervisor a guest-only platform names)."""
     result = root.run(DETECT_VIRT)
     detected: Optional[str] = None
     if not result.missing and not result.timed_out and result.status in (0, 1):
         words = result.stdout.split()
         detected = words[0] if words else None
-    return Virtualization("hypervisor" in flags, detected)
+    return Virtualization("hypervisor" in flags, detected, platform_guest)
 
 
 __all__ = [
@@ -268,12 +388,18 @@ __all__ = [
     "NO_TURBO",
     "NUMA_BALANCING",
     "PLATFORM_PROFILE",
+    "PROC_CONFIG",
     "VMSTAT",
+    "BalancingDefault",
     "CpuFrequency",
     "FreqPolicy",
     "NumaBalancing",
     "ThreadSiblings",
     "Virtualization",
+    "cmdline_value",
+    "gunzip_text",
+    "parse_kernel_config",
+    "parse_release",
     "read_cpu_frequency",
     "read_numa_balancing",
     "read_thread_siblings",
