@@ -84,7 +84,7 @@ class NumaBalancing(Check):
         if lacking is not None:
             return self.finding(
                 "unsupported", Severity.OK,
-                f"{NUMA_BALANCING} is absent: kernel {default.release} has no automatic NUMA "
+                f"{NUMA_BALANCING} is absent: {_kernel(default)} has no automatic NUMA "
                 f"balancing ({lacking})",
                 evidence=(Evidence(NUMA_BALANCING, "missing"), *_default_evidence(default)),
             )
@@ -191,7 +191,7 @@ def _boot_default(default: BalancingDefault, nodes: int) -> str:
                 f"{'on' if default.cmdline == 'enable' else 'off'} at boot")
     if default.built:
         setting = f"{_CONFIG_KEYS[1]}=y" if default.enabled else f"{_CONFIG_KEYS[1]} is not set"
-        return (f"kernel {default.release} has it ({default.config}: {setting}), so it is "
+        return (f"{_kernel(default)} has it ({default.config}: {setting}), so it is "
                 f"{'on' if default.enabled else 'off'} at boot on these {nodes} nodes")
     if default.release is None:
         return f"the capture has neither {KERNEL_RELEASE} nor a kernel config to tell whether it is built in"
@@ -199,6 +199,11 @@ def _boot_default(default: BalancingDefault, nodes: int) -> str:
     return (f"kernel {default.release} {since} and Debian, Ubuntu, Fedora and RHEL 7 or later "
             f"kernels turn it on by default with two nodes or more (this host has {nodes}); "
             f"neither /boot/config-{default.release} nor {PROC_CONFIG} is in the capture to tell")
+
+
+def _kernel(default: BalancingDefault) -> str:
+    """The kernel by its release; /proc/config.gz names no release, which may be missing."""
+    return f"kernel {default.release}" if default.release is not None else "the running kernel"
 
 
 def _default_evidence(default: BalancingDefault) -> Tuple[Evidence, ...]:

@@ -130,6 +130,26 @@ def test_a_missing_file_is_unknown_with_what_boot_would_set(tmp_path: Path, extr
     assert finding.evidence[0].source == "/proc/sys/kernel/numa_balancing"
 
 
+def test_proc_config_gz_without_a_release_never_says_none(tmp_path: Path) -> None:
+    base = write_tree(tmp_path, two_node_files())
+    (base / "proc/config.gz").write_bytes(gzip.compress(CONFIG_ON.encode()))
+    root = Root(str(base))
+    (result,) = run_checks(HostContext(root, load_config(root, None)),
+                           [c for c in builtin_checks() if c.id == "numa-balancing"])
+    (finding,) = result.findings
+    assert finding.summary == ABSENT + ("the running kernel has it (/proc/config.gz: "
+                                        "CONFIG_NUMA_BALANCING_DEFAULT_ENABLED=y), so it is on at boot "
+                                        "on these 2 nodes")
+    (base / "proc/config.gz").write_bytes(gzip.compress(b"# CONFIG_NUMA_BALANCING is not set\n"))
+    root = Root(str(base))
+    (result,) = run_checks(HostContext(root, load_config(root, None)),
+                           [c for c in builtin_checks() if c.id == "numa-balancing"])
+    (finding,) = result.findings
+    assert finding.summary == ("/proc/sys/kernel/numa_balancing is absent: the running kernel has no "
+                               "automatic NUMA balancing (CONFIG_NUMA_BALANCING is not set in "
+                               "/proc/config.gz)")
+
+
 def test_a_sysctl_file_that_sets_it_is_named(tmp_path: Path) -> None:
     finding = balancing(tmp_path, {"/proc/sys/kernel/osrelease": f"{RELEASE}\n",
                                    "/etc/sysctl.d/90-numa.conf": "kernel.numa_balancing = 0\n"})
