@@ -15,8 +15,9 @@ class NumaTopology(Check):
     """Lists the NUMA nodes with their CPUs, memory and distances.
 
     Reads ``/sys/devices/system/node/nodeN/{cpulist,cpumap,meminfo,distance}`` and
-    ``/sys/devices/system/cpu/{online,offline}``. A host with one node has nothing to
-    bind and passes. On several nodes it says which nodes share a socket (sub-node
+    ``/sys/devices/system/cpu/{online,present}`` (an offline CPU is present and not
+    online). A host with one node has nothing to bind and passes. On several nodes it
+    says which nodes share a socket (sub-node
     distances of 11-12, as Intel SNC and AMD NPS report) and how much slower remote
     memory is (21/10 = 2.1x on a dual-socket Broadwell). Memory-only nodes (CXL, HBM,
     GPU memory) are named: they are never used for CPU binding. Firmware quirks, such
@@ -57,10 +58,12 @@ class NumaTopology(Check):
                 "check the BIOS NUMA settings.",
             )
         if numa.offline_cpus:
+            count = len(numa.offline_cpus)
             yield self.finding(
                 "offline-cpus", Severity.INFO,
-                f"{len(numa.offline_cpus)} CPUs are offline ({format_cpulist(numa.offline_cpus)}); "
-                "they are left out of every CPU list",
+                f"{count} {'CPUs are' if count != 1 else 'CPU is'} offline "
+                f"({format_cpulist(numa.offline_cpus)}); {'they are' if count != 1 else 'it is'} "
+                "left out of every CPU list",
                 evidence=(Evidence(numa.offline_source, format_cpulist(numa.offline_cpus)),),
             )
 
