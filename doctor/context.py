@@ -7,6 +7,7 @@ from strata_doctor.config import EngineConfig
 from strata_doctor.facts.cgroup import EngineLimits, read_engine_limits
 from strata_doctor.facts.cgroup_path import read_cgroup_path
 from strata_doctor.facts.cpu import CpuFacts, KernelIsa, read_cpu, read_kernel_isa
+from strata_doctor.facts.cpu_arch import CpuArch, read_cpu_arch
 from strata_doctor.facts.cpu_policy import (
     CpuFrequency,
     NumaBalancing,
@@ -73,6 +74,11 @@ class HostContext:
     def cpu(self) -> CpuFacts:
         """CPU model, sockets and ISA."""
         return read_cpu(self.root)
+
+    @cached_property
+    def cpu_arch(self) -> CpuArch:
+        """The architecture /proc/cpuinfo describes: arm cores and Features, POWER's platform."""
+        return read_cpu_arch(self.root)
 
     @cached_property
     def gpus(self) -> Tuple[Gpu, ...]:
@@ -337,8 +343,8 @@ class HostContext:
 
     @cached_property
     def virtualization(self) -> Virtualization:
-        """The ``hypervisor`` flag and ``systemd-detect-virt --vm``."""
-        return read_virtualization(self.root, self.cpu.flags)
+        """The ``hypervisor`` flag, ``systemd-detect-virt --vm`` and a pSeries LPAR's hypervisor."""
+        return read_virtualization(self.root, self.cpu.flags, self.cpu_arch.platform_guest)
 
     # -- GPUs as nvidia-smi sees them, and the ISA the kernel gives ----------------------------
     @cached_property
