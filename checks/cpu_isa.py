@@ -8,16 +8,27 @@ from strata_doctor.check import Check
 from strata_doctor.context import HostContext
 from strata_doctor.facts.cpu import KernelIsa
 from strata_doctor.model import Evidence, Finding, Severity
-from strata_doctor.rules.isa import Withheld, isa_the_cpu_has, usable_isa, withheld_isa
+from strata_doctor.rules.isa import (
+    ARM_EXPERT_ISA,
+    Withheld,
+    arm_cpu_name,
+    arm_isa,
+    arm_missing,
+    isa_the_cpu_has,
+    usable_isa,
+    withheld_isa,
+)
 
 XCOMP = "arch_prctl-xcomp"
+_ARM_FEATURES = frozenset(feature for feature, _ in ARM_EXPERT_ISA)
 
 
 class CpuIsa(Check):
     """Reports the CPU's ISA extensions that the expert kernels use, and those the CPU has
     but the kernel will not give.
 
-    Reads ``flags`` from ``/proc/cpuinfo``. The CPU pool computes most routed experts
+    Reads ``flags`` from ``/proc/cpuinfo`` on x86, and ``CPU implementer``, ``CPU part``,
+    ``CPU architecture`` and ``Features`` on arm. The CPU pool computes most routed experts
     (58-84% on the seed box), so its instruction set bounds decode speed: the seed's
     Broadwell-EP Xeons have AVX2 and no AVX-512, and decode stayed the same after binding
     because it is bound by AVX2 compute. AVX-512 (avx512f), BF16 (avx512_bf16) and AMX
@@ -32,15 +43,33 @@ class CpuIsa(Check):
     AMX (Skylake-SP to Granite Rapids, Zen 4 and 5) whose flags lack them, because of a boot
     option (``clearcpuid=``, ``noxsave``), an old kernel or a hypervisor that masks them, is a
     warning too: the engine then runs the slower kernels.
+
+    On arm64 the expert kernels use NEON (``asimd``), dotprod (``asimddp``), SVE and SVE2,
+    I8MM and BF16 from ``Features``; the CPU is named from its implementer and part as the
+    kernel's cputype.h names them (0x41 0xd0c: Arm Neoverse N1). AVX2 is x86's and never asked
+    of an arm CPU. A 32-bit ARM kernel (``CPU architecture`` 7 or lower) cannot run the arm64
+    kernels at all: a warning. Without /proc/cpuinfo nothing is known of the CPU.
     """
 
     id = "cpu-isa"
     title = "CPU instruction set"
-    findings = ("isa", "kernel-withholds", "no-avx2", "unknown")
+    findings = ("isa", "kernel-withholds", "no-avx2", "no-neon", "not-arm64", "no-cpuinfo", "unknown")
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
+        arch = ctx.cpu_arch
+        if arch.unread:
+            yield self.finding(
+                "no-cpuinfo", Severity.INFO,
+                f"/proc/cpuinfo cannot be read ({arch.unread}): which instruction sets the CPU "
+                "has is unknown",
+                evidence=(Evidence("/proc/cpuinfo", arch.unread),),
+            )
+            return
+        if arch.arch in ("arm64", "arm"):
+            yield self._arm(ctx)
+            return
         cpu = ctx.cpu
-        model = cpu.model or "unknown CPU"
+        model = cpu.model or {"s390": "an s390 CPU", "ia64": "an ia64 CPU"}.get(arch.arch, "unknown CPU")
         withheld, evidence_more = _withheld(ctx)
         evidence = (Evidence("/proc/cpuinfo", f"model name: {model}; expert ISA: "
                              f"{' '.join(cpu.expert_isa) or 'none'}"), *evidence_more)
@@ -67,8 +96,11 @@ class CpuIsa(Check):
     def _isa(self, ctx: HostContext, model: str, isa: Tuple[str, ...],
              evidence: Tuple[Evidence, ...]) -> Finding:
         if not ctx.cpu.flags:
-            return self.finding("unknown", Severity.INFO, "/proc/cpuinfo lists no CPU flags",
-                                evidence=evidence)
+            return self.finding(
+                "unknown", Severity.INFO,
+                f"{model}: /proc/cpuinfo lists no x86 flags and no arm64 Features, the instruction "
+                "sets the expert kernels are built for",
+                evidence=evidence)
         if "avx2" not in isa:
             return self.finding(
                 "no-avx2", Severity.WARNING,
@@ -80,6 +112,40 @@ class CpuIsa(Check):
         return self.finding(
             "isa", Severity.INFO,
             f"{model}: expert kernels can use {', '.join(i.upper() for i in isa)}{note}",
+            evidence=evidence,
+        )
+
+    def _arm(self, ctx: HostContext) -> Finding:
+        """An arm CPU named from its cores, and the arm64 paths its Features allow."""
+        arch = ctx.cpu_arch
+        name = arm_cpu_name(arch)
+        usable = arm_isa(arch.features)
+        evidence = (Evidence("/proc/cpuinfo", "; ".join(
+            [f"CPU implementer {c.implementer:#04x}, CPU part {c.part:#05x}"
+             + (f" ({c.processors} processor{'s' if c.processors != 1 else ''})" if len(arch.arm_cores) > 1 else "")
+             for c in arch.arm_cores]
+            + [f"CPU architecture: {arch.arm_architecture or 'not listed'}",
+               f"Features: {' '.join(sorted(arch.features & _ARM_FEATURES)) or 'none the kernels use'}"])),)
+        if arch.arch == "arm":
+            version = arch.arm_architecture or "not listed"
+            return self.finding(
+                "not-arm64", Severity.WARNING,
+                f"{name} runs a 32-bit ARM kernel (CPU architecture: {version}): the engine's arm64 "
+                "expert kernels cannot run under it",
+                detail="A 32-bit ARM kernel runs no AArch64 program; the engine needs an arm64 CPU "
+                "and a 64-bit kernel.",
+                evidence=evidence,
+            )
+        if "NEON" not in usable:
+            return self.finding(
+                "no-neon", Severity.WARNING,
+                f"{name} has no NEON (asimd): expert kernels fall back to slow generic code",
+                evidence=evidence,
+            )
+        missing = arm_missing(arch.features)
+        note = f" (no {', no '.join(missing)})" if missing else ""
+        return self.finding(
+            "isa", Severity.INFO, f"{name}: expert kernels can use {', '.join(usable)}{note}",
             evidence=evidence,
         )
 

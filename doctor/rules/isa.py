@@ -1,8 +1,10 @@
-"""Which AVX-512 and AMX state a CPU has that the kernel will not give a process."""
+"""Which AVX-512 and AMX state a CPU has that the kernel will not give a process, and what an
+arm64 CPU gives the expert kernels."""
 
 from typing import FrozenSet, List, NamedTuple, Optional, Tuple
 
 from strata_doctor.facts.cpu import XCOMP_AMX, XCOMP_AVX512, CpuFacts, KernelIsa, model_isa
+from strata_doctor.facts.cpu_arch import CpuArch, arm_core_name
 
 
 class Withheld(NamedTuple):
@@ -83,3 +85,36 @@ def usable_isa(expert_isa: Tuple[str, ...], withheld: Tuple[Withheld, ...]) -> T
     """The expert ISA the kernels can use: the CPU's, less the families the kernel withholds."""
     hidden = tuple("amx" if w.feature == "amx_tile" else "avx512" for w in withheld)
     return tuple(i for i in expert_isa if not i.startswith(hidden or ("-",)))
+
+
+# -- arm64 ---------------------------------------------------------------------------------
+ARM_EXPERT_ISA: Tuple[Tuple[str, str], ...] = (
+    ("asimd", "NEON"), ("asimddp", "dotprod"), ("sve", "SVE"), ("sve2", "SVE2"),
+    ("i8mm", "I8MM"), ("bf16", "BF16"),
+)
+"""arm64 ``Features`` the expert kernels use, in preference order, and their names."""
+_ARM_WIDER = ("asimddp", "sve", "i8mm", "bf16")
+"""The faster paths an arm64 CPU may lack (SVE2 goes with SVE)."""
+
+
+def arm_isa(features: FrozenSet[str]) -> Tuple[str, ...]:
+    """The names of the arm64 expert ISA that ``Features`` lists, in preference order."""
+    return tuple(name for feature, name in ARM_EXPERT_ISA if feature in features)
+
+
+def arm_missing(features: FrozenSet[str]) -> Tuple[str, ...]:
+    """The names of the faster arm64 paths ``Features`` does not list."""
+    names = dict(ARM_EXPERT_ISA)
+    return tuple(names[f] for f in _ARM_WIDER if f not in features)
+
+
+def arm_cpu_name(arch: CpuArch) -> str:
+    """The arm CPU as the kernel names its cores: ``Arm Neoverse N1``; each kind with its
+    count where there are several (``10 Arm Cortex-A725 and 10 Arm Cortex-X925``)."""
+    names = [arm_core_name(core) for core in arch.arm_cores]
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        return "an arm CPU"
+    counted = [f"{core.processors} {name}" for core, name in zip(arch.arm_cores, names)]
+    return ", ".join(counted[:-1]) + " and " + counted[-1]
