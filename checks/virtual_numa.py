@@ -96,7 +96,7 @@ class VirtualNuma(Check):
             summary += f"; {flat}"
         return self.finding(
             "lpar", Severity.WARNING if flat else Severity.INFO, summary,
-            detail="A pSeries LPAR always runs under PowerVM, which gives each of the partition's "
+            detail="An LPAR of an IBM machine runs under PowerVM, which gives each of the partition's "
             "virtual processors and each range of its memory a home node (an affinity domain: a "
             "chip or a drawer of the machine) and shows it to Linux in the device tree's "
             "ibm,associativity, from which the kernel builds these nodes. With dedicated "
