@@ -28,7 +28,7 @@ class NumaTopology(Check):
     id = "numa-topology"
     title = "NUMA topology"
     findings = ("layout", "single-node", "no-numa", "memory-only-node", "memoryless-node",
-                "firmware-quirk", "offline-cpus")
+                "hidden-node", "firmware-quirk", "offline-cpus")
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         numa = ctx.numa
@@ -69,6 +69,9 @@ class NumaTopology(Check):
 
     def _node_evidence(self, ctx: HostContext) -> Iterator[Evidence]:
         for node in ctx.numa.nodes:
+            if not node.listed:
+                yield _hidden_evidence(node)
+                continue
             row = " ".join(str(d) for _, d in node.distances)
             yield Evidence(
                 f"{NODE_DIR}/node{node.id}",
@@ -109,7 +112,9 @@ class NumaTopology(Check):
 
     def _special_nodes(self, ctx: HostContext) -> Iterator[Finding]:
         for node in ctx.numa.nodes:
-            if node.memory_only:
+            if not node.listed:
+                yield self._hidden(ctx, node)
+            elif node.memory_only:
                 yield self.finding(
                     "memory-only-node", Severity.INFO,
                     f"node {node.id} has {format_bytes(node.memory_total or 0)} of memory and no "
@@ -121,6 +126,50 @@ class NumaTopology(Check):
                     f"node {node.id} has CPUs ({format_cpulist(node.cpus)}) but no memory: "
                     "its CPUs always read remote memory",
                 )
+
+
+    def _hidden(self, ctx: HostContext, node: NumaNode) -> Finding:
+        """A node the kernel lists but the capture has no folder for."""
+        lists = (f"node/{node.hidden_from[0]}" if len(node.hidden_from) == 1
+                 else f"node/{{{','.join(node.hidden_from)}}}")
+        cpus = (f"its CPUs are {format_cpulist(node.cpus)} (online, in no listed node)" if node.cpus
+                else "its CPUs are unknown")
+        memory = "no memory" if node.memory_total == 0 else "memory unknown"
+        return self.finding(
+            "hidden-node", Severity.WARNING,
+            f"node {node.id} has no folder under {NODE_DIR}, though {lists} list it: "
+            f"{cpus}, {memory}",
+            detail=_hidden_detail(ctx, node),
+            evidence=(_hidden_evidence(node),),
+        )
+
+
+def _hidden_evidence(node: NumaNode) -> Evidence:
+    lists = ",".join(node.hidden_from)
+    return Evidence(f"{NODE_DIR}/{{{lists}}}",
+                    f"node{node.id} listed; no node{node.id} folder; "
+                    f"{node.cpus_source}={format_cpulist(node.cpus) or '(none)'}")
+
+
+def _hidden_detail(ctx: HostContext, node: NumaNode) -> str:
+    """What /proc/meminfo says of the node's memory, without taking it for the node's size:
+    a kernel may count a node's MemTotal from its present pages and the host's from the
+    pages it manages."""
+    text = ("The kernel has the node, so binding treats it as a node of its own; the capture "
+            "holds no meminfo for it.")
+    listed = [n for n in ctx.numa.nodes if n.listed]
+    total = ctx.meminfo.get("MemTotal")
+    hidden = [n for n in ctx.numa.nodes if not n.listed and n.memory_total is None]
+    if hidden != [node] or total is None or any(n.memory_total is None for n in listed):
+        return text
+    rest = total - sum(n.memory_total or 0 for n in listed)
+    if rest <= 0:
+        return text
+    others = " and ".join(f"node {n.id}'s {format_bytes(n.memory_total or 0)}" for n in listed)
+    return (f"{text} /proc/meminfo's MemTotal {format_bytes(total)} less {others} leaves "
+            f"{format_bytes(rest)}: near node {node.id}'s size, not exactly it, as a kernel may "
+            "count a node's MemTotal from its present pages and the host's from the pages it "
+            "manages.")
 
 
 def _local_remote(cpu_nodes: Tuple[NumaNode, ...]) -> Tuple[int, int]:

@@ -57,6 +57,12 @@ DISAGREEMENTS: Dict[str, str] = {
         "the capture has no PCI class files: lstopo reads only those and shows the RTX 3090's "
         "class as 0000, where the doctor takes 030000 from modalias"
     ),
+    "hidden-node": (
+        "the capture has no node0 folder, though node/online and has_memory list node 0: lstopo "
+        "shows node 1 alone and CPUs 0-8 in no node; the doctor adds node 0 with those CPUs "
+        "(online, in no listed node) and unknown memory, and reads node 1's row '21 10' as one "
+        "entry per online node"
+    ),
     "container-numa-limits": (
         "by default lstopo shows only what the container's cpuset allows (node 0, CPUs "
         "0-21,44-65); the doctor reports the host's nodes and the cpuset apart, so the two "
@@ -115,6 +121,13 @@ def test_numa_nodes_and_pus_agree_with_lstopo(host: str) -> None:
         assert view.distances is None, reason
         return
 
+    if host == "hidden-node":
+        reason = DISAGREEMENTS[host]
+        hidden = tool.pop(0)
+        assert hidden["cpus_source"] == "unclaimed" and hidden["memory_total_bytes"] is None, reason
+        assert frozenset(hidden["cpus"]) == online - view.nodes[1][0], reason
+        assert tool[1]["distances"] == {"0": 21, "1": 10} and view.distances is None, reason
+        tool[1] = {**tool[1], "distances": {"1": 10}}  # lstopo, one node: no matrix
     assert {i: (frozenset(n["cpus"]), n["memory_total_bytes"]) for i, n in tool.items()} == view.nodes
     rows = {i: {int(k): d for k, d in n["distances"].items()} for i, n in tool.items()}
     if len(tool) == 1:

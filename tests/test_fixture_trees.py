@@ -36,6 +36,10 @@ def _generator() -> ModuleType:
 
 MAKE_HOSTS = _generator()
 HOST_NAMES: List[str] = MAKE_HOSTS.host_names()
+WHOLE_SYSTEMS: List[str] = sorted(fn.__name__.replace("_", "-") for fn in MAKE_HOSTS.MODELS)
+"""The Host models' trees: only there does every file come from one model of the memory (a
+sparse capture under odd/ holds what its README says, and hidden-node's missing node0 folder
+is the point of it)."""
 
 
 def _snapshot(top: Path) -> Dict[str, Tuple[str, bytes]]:
@@ -247,7 +251,7 @@ def test_seed_engine_memory_split() -> None:
 
 
 # -- every host -----------------------------------------------------------------------------
-@pytest.mark.parametrize("host", HOST_NAMES)
+@pytest.mark.parametrize("host", WHOLE_SYSTEMS)
 def test_memory_adds_up(host: str) -> None:
     info = meminfo(read(host, "proc/meminfo"))
     node_dir = HOSTS / host / "sys/devices/system/node"

@@ -42,7 +42,18 @@ class NumaNode(NamedTuple):
     """(other node id, distance) pairs from the node's ``distance`` row: its entries that are
     numbers from 0 to 255 (:data:`UNREACHABLE`), others left out and named in the quirks."""
     cpus_source: str
-    """``cpulist``, ``cpumap`` (older kernels) or ``none``."""
+    """``cpulist``, ``cpumap`` (older kernels), ``links`` (only the folder's ``cpuN`` links, as
+    an old POWER kernel's capture holds them), ``unclaimed`` (a node without a folder: the
+    online CPUs no listed node claims) or ``none``."""
+    hidden_from: Tuple[str, ...] = ()
+    """For a node the capture has no folder for (:func:`hidden_nodes`), the node lists that
+    name it (``online``, ``has_memory``...); empty for a node read from its folder. Such a
+    node's memory is unknown and it has no distance row of its own."""
+
+    @property
+    def listed(self) -> bool:
+        """Whether the node was read from its own folder."""
+        return not self.hidden_from
 
     @property
     def has_memory(self) -> bool:
@@ -114,9 +125,11 @@ def read_numa(root: Root) -> NumaFacts:
     raw = [_read_node(root, node_id) for node_id in ids]
     quirks = _cpumap_quirks(root, raw)
     online, offline, offline_source = _cpu_states(root, raw)
+    states = _node_states(root)
+    columns = distance_columns(ids, states)
     nodes = []
     for node_id, cpus, source, meminfo, row in raw:
-        distances = _pair_distances(node_id, ids, row, quirks)
+        distances = _pair_distances(node_id, columns, row, quirks)
         nodes.append(
             NumaNode(
                 id=node_id,
@@ -128,9 +141,57 @@ def read_numa(root: Root) -> NumaFacts:
                 cpus_source=source,
             )
         )
+    if nodes:
+        nodes = sorted(nodes + hidden_nodes(nodes, columns, states, online), key=lambda n: n.id)
     quirks.extend(_symmetry_quirks(nodes))
     quirks.extend(_overlap_quirks(nodes))
     return NumaFacts(tuple(nodes), online, offline, tuple(quirks), offline_source)
+
+
+NODE_STATES = ("online", "has_cpu", "has_memory", "has_normal_memory")
+"""The node lists of ``/sys/devices/system/node`` that name nodes the kernel knows."""
+
+
+def _node_states(root: Root) -> Dict[str, FrozenSet[int]]:
+    """Each of :data:`NODE_STATES` that the capture holds and that names a node; an empty
+    ``has_cpu`` (old kernels print one on hosts whose nodes all have CPUs) says nothing."""
+    states = {}
+    for name in NODE_STATES:
+        ids = parse_cpulist(root.read(f"{NODE_DIR}/{name}") or "")
+        if ids:
+            states[name] = ids
+    return states
+
+
+def distance_columns(ids: List[int], states: Dict[str, FrozenSet[int]]) -> List[int]:
+    """The node of each entry of a distance row: the kernel prints one per online node
+    (``node/online``); without that file, every node a folder or a ``has_*`` list names."""
+    if "online" in states:
+        return sorted(states["online"] | set(ids))
+    return sorted(set(ids).union(*states.values()))
+
+
+def hidden_nodes(nodes: List[NumaNode], columns: List[int], states: Dict[str, FrozenSet[int]],
+                 online: FrozenSet[int]) -> List[NumaNode]:
+    """The nodes the kernel lists (``node/online``, ``has_cpu``, ``has_memory``) that have no
+    folder in the capture. Their memory is unknown (a node's MemTotal and /proc/meminfo's
+    are counted differently before Linux 3.x, so their difference is no node's size); the
+    online CPUs no listed node claims are theirs when one of them alone can hold CPUs."""
+    listed = {n.id for n in nodes}
+    hidden = [node_id for node_id in columns if node_id not in listed]
+    unclaimed = online - frozenset().union(*(n.all_cpus for n in nodes))
+    with_cpus = [n for n in hidden if "has_cpu" not in states or n in states["has_cpu"]]
+    found = []
+    for node_id in hidden:
+        cpus = unclaimed if with_cpus == [node_id] else frozenset()
+        no_memory = "has_memory" in states and node_id not in states["has_memory"]
+        found.append(NumaNode(
+            id=node_id, cpus=cpus, all_cpus=cpus, memory_total=0 if no_memory else None,
+            memory_free=0 if no_memory else None, distances=(),
+            cpus_source="unclaimed" if cpus else "none",
+            hidden_from=tuple(name for name in NODE_STATES if node_id in states.get(name, ())),
+        ))
+    return found
 
 
 _RawNode = Tuple[int, FrozenSet[int], str, Dict[str, int], Tuple[str, ...]]
@@ -162,10 +223,18 @@ def _read_node(root: Root, node_id: int) -> _RawNode:
         cpus, source = parse_cpulist(cpulist), "cpulist"
     else:
         cpumap = root.read(f"{base}/cpumap")
-        cpus, source = (parse_cpumap(cpumap), "cpumap") if cpumap is not None else (frozenset(), "none")
+        cpus, source = (parse_cpumap(cpumap), "cpumap") if cpumap is not None else _cpu_links(root, base)
     meminfo = parse_meminfo(root.read(f"{base}/meminfo") or "")
     words = tuple((root.read(f"{base}/distance") or "").replace("\0", "").split())
     return node_id, cpus, source, meminfo, words
+
+
+def _cpu_links(root: Root, base: str) -> Tuple[FrozenSet[int], str]:
+    """A node folder without cpulist and cpumap still links each of its CPUs (``cpuN ->
+    ../../cpu/cpuN``), as old POWER kernels' captures hold it."""
+    names = root.listdir(base)
+    cpus = frozenset(int(name[3:]) for name in names if name.startswith("cpu") and name[3:].isdigit())
+    return (cpus, "links") if cpus else (cpus, "none")
 
 
 def _is_distance(word: str) -> bool:
@@ -176,21 +245,23 @@ def _is_distance(word: str) -> bool:
 def _pair_distances(
     node_id: int, ids: List[int], words: Tuple[str, ...], quirks: List[str]
 ) -> Tuple[Tuple[int, int], ...]:
-    """(other node, distance) for each entry of the row that is a distance; each oddity of
-    the row (missing, the wrong length, words that are no distance, 0, 255) is a quirk."""
+    """(other node, distance) for each entry of the row that is a distance, ``ids`` being
+    the node of each entry (:func:`distance_columns`); each oddity of the row (missing, the
+    wrong length, words that are no distance, 0, 255) is a quirk. On a host of one node no
+    distance is ever used, and kernels without a SLIT print 0 there: not a quirk."""
+    single = len(ids) <= 1
     if not words:
-        quirks.append(f"node{node_id}: distance row is missing or empty")
+        if not single:
+            quirks.append(f"node{node_id}: distance row is missing or empty")
         return ()
     if len(words) != len(ids):
-        quirks.append(
-            f"node{node_id}: distance row has {len(words)} entries for {len(ids)} nodes"
-        )
+        quirks.append(_length_quirk(node_id, len(words), ids))
     entries = list(zip(ids, words))
     bad = [(other, word) for other, word in entries if not _is_distance(word)]
     if bad:
         quirks.append(_bad_entries(node_id, bad))
     pairs = tuple((other, int(word)) for other, word in entries if _is_distance(word))
-    if any(value == 0 for _, value in pairs):
+    if not single and any(value == 0 for _, value in pairs):
         quirks.append(f"node{node_id}: distance row contains 0 (firmware gave no SLIT)")
     quirks.extend(
         f"node{node_id}: the distance to node{other} is {UNREACHABLE}: the firmware marks "
@@ -198,6 +269,12 @@ def _pair_distances(
         for other, value in pairs if value == UNREACHABLE
     )
     return pairs
+
+
+def _length_quirk(node_id: int, entries: int, ids: List[int]) -> str:
+    """A row that is not one entry per online node, with the nodes it should have had."""
+    return (f"node{node_id}: distance row has {entries} entr{'ies' if entries != 1 else 'y'} for "
+            f"{len(ids)} known node{'s' if len(ids) != 1 else ''} ({', '.join(f'node{i}' for i in ids)})")
 
 
 def _bad_entries(node_id: int, bad: List[Tuple[int, str]]) -> str:
@@ -213,16 +290,22 @@ def _bad_entries(node_id: int, bad: List[Tuple[int, str]]) -> str:
 
 
 def _overlap_quirks(nodes: List[NumaNode]) -> List[str]:
-    """A CPU belongs to exactly one node; firmware that lists it twice is broken."""
+    """A CPU belongs to exactly one node; firmware that lists it twice is broken. Nodes
+    whose whole lists are the same say so; nodes that only share some CPUs name those."""
     if sum(len(node.all_cpus) for node in nodes) == len(frozenset().union(*(n.all_cpus for n in nodes))):
         return []  # no CPU is listed twice (the common case, without a table of every CPU)
     owners = _owners(nodes)
-    shared = sorted({ids for ids in owners.values() if len(ids) > 1})
-    return [
-        f"nodes {','.join(map(str, ids))} all list the same CPUs "
-        f"({format_cpulist(frozenset(c for c, o in owners.items() if o == ids))})"
-        for ids in shared
-    ]
+    lists = {n.id: n.all_cpus for n in nodes}
+    quirks = []
+    for ids in sorted({ids for ids in owners.values() if len(ids) > 1}):
+        shared = frozenset(c for c, o in owners.items() if o == ids)
+        names = ",".join(map(str, ids))
+        if all(lists[i] == shared for i in ids):
+            quirks.append(f"nodes {names} all list the same CPUs ({format_cpulist(shared)})")
+        else:
+            each = "; ".join(f"node{i}: {format_cpulist(lists[i])}" for i in ids)
+            quirks.append(f"nodes {names} overlap: each lists CPUs {format_cpulist(shared)} ({each})")
+    return quirks
 
 
 def _owners(nodes: List[NumaNode]) -> Dict[int, Tuple[int, ...]]:
