@@ -169,9 +169,12 @@ class CpuFrequencyCheck(Check):
                                 "power-saving")
         governors = sorted({f"{p.governor} ({p.driver or 'driver unknown'})" for p in policies})
         epps = sorted({p.epp for p in policies if p.epp})
+        # The subject is "N of ..." for a share, else the whole scope: singular for one CPU.
+        one = scope.startswith("1 of ") or (
+            len(frozenset().union(*(p.cpus for p in policies))) == 1 and " CPUs (" not in scope)
         return self.finding(
             "performance", Severity.OK,
-            f"{scope} run the {', '.join(governors)} policy"
+            f"{scope} {'runs' if one else 'run'} the {', '.join(governors)} policy"
             + (f" with energy/performance preference {', '.join(epps)}" if epps else ""),
             evidence=_policy_evidence(policies, "scaling_governor"),
         )
@@ -195,10 +198,17 @@ def _clock_range(low: List[FreqPolicy], lowest: List[int]) -> str:
 
 
 def _scope(cpus: FrozenSet[int], where: str) -> str:
-    """The pool's CPUs, said for where they are."""
+    """The pool's CPUs, said for where they are: ``all 32 CPUs``, ``node 1's 44 CPUs (...)``,
+    ``the running engine's allowed CPUs (0-3)``, ``the 6 CPUs every service may run on (...)``."""
+    count = f"{len(cpus)} CPU" + ("" if len(cpus) == 1 else "s")
+    listed = format_cpulist(cpus)
     if where == "the host":
-        return f"all {len(cpus)} CPUs"
-    return f"{where}'s {len(cpus)} CPUs ({format_cpulist(cpus)})"
+        return f"all {count}" if len(cpus) > 1 else f"the host's one CPU ({listed})"
+    if where.endswith(" CPUs"):
+        return f"{where} ({listed})"
+    if where == "every service":
+        return f"the {count} every service may run on ({listed})"
+    return f"{where}'s {count} ({listed})"
 
 
 def _count(policies: List[FreqPolicy], cpus: FrozenSet[int]) -> str:

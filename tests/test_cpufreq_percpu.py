@@ -158,3 +158,15 @@ def test_empty_governor_host_says_unknown_and_never_none() -> None:
     assert (finding["id"], finding["severity"]) == ("unknown-governor", "info")
     assert "for all 12 CPUs (intel_pstate)" in finding["summary"]
     assert "None" not in json.dumps(finding)
+
+
+@pytest.mark.parametrize("governors, summary", [
+    (["performance"], "the host's one CPU (0) runs the performance (acpi-cpufreq) policy"),
+    (["performance", ""], "1 of all 2 CPUs runs the performance (acpi-cpufreq) policy"),
+])
+def test_one_cpu_is_said_in_the_singular(tmp_path: Path, governors: List[str], summary: str) -> None:
+    files = {"/sys/devices/system/cpu/online": f"0-{len(governors) - 1}\n"}
+    for cpu, governor in enumerate(governors):
+        files.update(policy(cpu, governor))
+    found = {f.id: f for f in cpu_frequency(write_tree(tmp_path, files))}
+    assert found["performance"].summary == summary
