@@ -15,7 +15,8 @@ from strata_doctor.context import HostContext
 from strata_doctor.facts.engine import EngineProcess, UnitState
 from strata_doctor.facts.gpu import Gpu, normalize_address
 from strata_doctor.facts.parse import format_bytes, format_cpulist, parse_cpulist
-from strata_doctor.rules.gpu import place_gpu
+from strata_doctor.rules.gpu import compute_candidates, place_gpu
+from strata_doctor.rules.memory import host_room
 
 FIX_COMMAND = "strata-doctor fix --only numa-binding"
 
@@ -70,6 +71,15 @@ class MapGpu(NamedTuple):
     """Whether the engine computes on it."""
     boot_display: bool
     """The firmware's boot display (``boot_vga``)."""
+    management: Optional[str] = None
+    """What it is when it is a BMC's or a hypervisor's display set aside as no compute GPU
+    (:func:`~strata_doctor.rules.gpu.compute_candidates`, as gpu-placement decides):
+    ``a BMC's ASPEED VGA``; None for a GPU that may compute, or one ``--gpu`` names."""
+
+    @property
+    def may_compute(self) -> bool:
+        """Whether it counts as a GPU: the compute GPU, or any not set aside as a display."""
+        return self.compute or self.management is None
 
 
 class EngineNow(NamedTuple):
@@ -109,9 +119,10 @@ class ArenaPlace(NamedTuple):
     nodes: str
     """The planned node(s) as a comma list, or ``all`` without a plan."""
     total_bytes: Optional[int]
-    """MemTotal of those nodes (or of the host)."""
+    """MemTotal of those nodes (or of the host); None when the tree does not show it."""
     spare_bytes: Optional[int]
-    """What is left once arena, K/V and headroom are taken; negative when it does not fit."""
+    """What is left once arena, K/V and headroom are taken; negative when it does not fit;
+    None with ``total_bytes``."""
 
 
 class FixChange(NamedTuple):
@@ -135,7 +146,8 @@ class HostMap(NamedTuple):
     cpus: int
     """Online CPUs."""
     memory_total: Optional[int]
-    """All RAM (MemTotal of /proc/meminfo, else the nodes' sum)."""
+    """All RAM (MemTotal of /proc/meminfo, else the nodes' sum), as arena-fit counts it;
+    None when the tree shows neither whole."""
     gpus: Tuple[MapGpu, ...]
     """Every GPU, the compute GPU first."""
     engine: EngineNow
@@ -160,7 +172,7 @@ def build_map(ctx: HostContext) -> HostMap:
     state = ctx.binding_state
     nodes = map_nodes(ctx, plan)
     online = numa.online_cpus or frozenset().union(*(n.cpus for n in numa.nodes))
-    total = ctx.meminfo.get("MemTotal") or sum(n.memory_total or 0 for n in numa.nodes) or None
+    total = host_room(ctx.meminfo, numa).total  # the size arena-fit counts, never a partial sum
     engine = engine_now(ctx)
     engine = engine._replace(
         follows_plan=state.effective if state else None,
@@ -220,6 +232,7 @@ def gpu_list(ctx: HostContext, models: Mapping[str, str]) -> Tuple[MapGpu, ...]:
     placement = ctx.placement
     compute = placement.gpu.address if placement else None
     known = {normalize_address(address): name for address, name in models.items()}
+    aside = {g.address for g in compute_candidates(ctx.gpus).left_out}
     gpus = []
     for gpu in ctx.gpus:
         node, source, _ = place_gpu(gpu, ctx.numa)
@@ -232,6 +245,7 @@ def gpu_list(ctx: HostContext, models: Mapping[str, str]) -> Tuple[MapGpu, ...]:
             link=gpu.link.text,  # facts.PcieLink.text: the one way a link is written
             compute=gpu.address == compute,
             boot_display=bool(gpu.boot_vga),
+            management=gpu.management if gpu.address in aside and gpu.address != compute else None,
         ))
     gpus.sort(key=lambda g: (not g.compute, g.address))
     return tuple(gpus)
@@ -297,15 +311,21 @@ def _process_memory(ctx: HostContext, proc: EngineProcess) -> str:
 
 
 def arena_place(ctx: HostContext) -> Optional[ArenaPlace]:
-    """The arena-fit numbers: the planned node(s), their memory and what is left."""
-    pinned = ctx.config.pinned_bytes
-    found = ctx.arena_headroom
-    if pinned is None or found is None:
+    """The arena-fit numbers: the planned node(s), their memory and what is left; None only
+    without an arena size. A memory size the tree does not show leaves total and spare None."""
+    config = ctx.config
+    pinned = config.pinned_bytes
+    if pinned is None:
         return None
+    found = ctx.arena_headroom
+    arena = pinned - config.kv_bytes
+    if found is None:  # an arena, but no size to set it against
+        plan = ctx.binding_plan if ctx.numa.nodes else None
+        nodes = plan.nodes_text if plan is not None else "all"
+        return ArenaPlace(arena, config.kv_bytes, pinned, config.headroom_bytes, nodes, None, None)
     nodes, spare = found
-    need = pinned + ctx.config.headroom_bytes
-    return ArenaPlace(pinned - ctx.config.kv_bytes, ctx.config.kv_bytes, pinned, ctx.config.headroom_bytes,
-                      nodes, spare + need, spare)
+    need = pinned + config.headroom_bytes
+    return ArenaPlace(arena, config.kv_bytes, pinned, config.headroom_bytes, nodes, spare + need, spare)
 
 
 def fix_changes(ctx: HostContext, plan: NumaPlan, engine: EngineNow) -> Tuple[str, Tuple[FixChange, ...]]:

@@ -66,8 +66,17 @@ def _headline(host: HostMap) -> str:
     parts.append(_count(host.cpus, "CPU"))
     if host.memory_total:
         parts.append(f"{format_bytes(host.memory_total)} RAM")
-    parts.append(_count(len(host.gpus), "GPU") if host.gpus else "no GPU")
+    parts.append(_gpus(host.gpus))
     return "host: " + ", ".join(parts)
+
+
+def _gpus(gpus: Sequence[MapGpu]) -> str:
+    """The GPUs as check counts them: a BMC's or hypervisor's display is no compute GPU."""
+    counted = [gpu for gpu in gpus if gpu.may_compute]
+    aside = "; ".join(f"{gpu.address} is {gpu.management}" for gpu in gpus if not gpu.may_compute)
+    if counted:
+        return _count(len(counted), "GPU") + (f" ({aside})" if aside else "")
+    return f"no compute GPU ({aside})" if aside else "no GPU"
 
 
 def _count(number: int, word: str) -> str:
@@ -146,7 +155,8 @@ def _cores(node: MapNode) -> str:
 
 
 def _roles(gpu: MapGpu) -> List[str]:
-    return [role for role, on in (("compute GPU", gpu.compute), ("boot display", gpu.boot_display)) if on]
+    roles = [role for role, on in (("compute GPU", gpu.compute), ("boot display", gpu.boot_display)) if on]
+    return roles + ([f"no compute GPU: {gpu.management}"] if gpu.management else [])
 
 
 def _gpu_lines(gpu: MapGpu) -> List[str]:
@@ -209,6 +219,10 @@ def _arena_text(arena: Optional[ArenaPlace]) -> str:
     if arena is None:
         return "size not configured (set arena: in the config, or --arena)"
     where = f"node(s) {arena.nodes}" if arena.nodes != "all" else "the host's memory"
+    if arena.total_bytes is None:
+        return (f"{format_bytes(arena.arena_bytes)} + K/V {format_bytes(arena.kv_bytes)}"
+                f" + headroom {format_bytes(arena.headroom_bytes)} on {where}: its size is unknown"
+                " (no MemTotal in the tree; see arena-fit)")
     fits = ("does not fit: " + format_bytes(-arena.spare_bytes) + " short"
             if arena.spare_bytes is not None and arena.spare_bytes < 0
             else f"{_size(arena.spare_bytes)} to spare")

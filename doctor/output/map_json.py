@@ -43,7 +43,7 @@ def to_json_data(host: HostMap) -> Dict[str, Any]:
         "gpus": [
             {"address": g.address, "model": g.model, "ids": g.ids, "node": g.node,
              "node_source": g.node_source, "link": g.link, "compute": g.compute,
-             "boot_display": g.boot_display}
+             "boot_display": g.boot_display, "management": g.management}
             for g in host.gpus
         ],
         "engine": {
