@@ -7,6 +7,7 @@ from typing import Iterator, List, Tuple
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
 from strata_doctor.facts.cpu import KernelIsa
+from strata_doctor.facts.cpu_arch import CpuArch
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.rules.isa import (
     ARM_EXPERT_ISA,
@@ -14,6 +15,7 @@ from strata_doctor.rules.isa import (
     arm_cpu_name,
     arm_isa,
     arm_missing,
+    arm_withheld,
     isa_the_cpu_has,
     usable_isa,
     withheld_isa,
@@ -47,7 +49,8 @@ class CpuIsa(Check):
     On arm64 the expert kernels use NEON (``asimd``), dotprod (``asimddp``), SVE and SVE2,
     I8MM and BF16 from ``Features``; the CPU is named from its implementer and part as the
     kernel's cputype.h names them (0x41 0xd0c: Arm Neoverse N1). AVX2 is x86's and never asked
-    of an arm CPU. A 32-bit ARM kernel (``CPU architecture`` 7 or lower) cannot run the arm64
+    of an arm CPU; a part known to have SVE whose Features lack it is a withheld SVE (a
+    kernel before 4.15, ``arm64.nosve``, a hypervisor). A 32-bit ARM kernel (``CPU architecture`` 7 or lower) cannot run the arm64
     kernels at all: a warning. Without /proc/cpuinfo nothing is known of the CPU.
     """
 
@@ -66,7 +69,7 @@ class CpuIsa(Check):
             )
             return
         if arch.arch in ("arm64", "arm"):
-            yield self._arm(ctx)
+            yield from self._arm(ctx)
             return
         cpu = ctx.cpu
         model = cpu.model or {"s390": "an s390 CPU", "ia64": "an ia64 CPU"}.get(arch.arch, "unknown CPU")
@@ -115,20 +118,16 @@ class CpuIsa(Check):
             evidence=evidence,
         )
 
-    def _arm(self, ctx: HostContext) -> Finding:
-        """An arm CPU named from its cores, and the arm64 paths its Features allow."""
+    def _arm(self, ctx: HostContext) -> Iterator[Finding]:
+        """An arm CPU named from its cores, SVE the kernel withholds, and the arm64 paths its
+        Features allow."""
         arch = ctx.cpu_arch
         name = arm_cpu_name(arch)
         usable = arm_isa(arch.features)
-        evidence = (Evidence("/proc/cpuinfo", "; ".join(
-            [f"CPU implementer {c.implementer:#04x}, CPU part {c.part:#05x}"
-             + (f" ({c.processors} processor{'s' if c.processors != 1 else ''})" if len(arch.arm_cores) > 1 else "")
-             for c in arch.arm_cores]
-            + [f"CPU architecture: {arch.arm_architecture or 'not listed'}",
-               f"Features: {' '.join(sorted(arch.features & _ARM_FEATURES)) or 'none the kernels use'}"])),)
+        evidence = _arm_evidence(arch)
         if arch.arch == "arm":
             version = arch.arm_architecture or "not listed"
-            return self.finding(
+            yield self.finding(
                 "not-arm64", Severity.WARNING,
                 f"{name} runs a 32-bit ARM kernel (CPU architecture: {version}): the engine's arm64 "
                 "expert kernels cannot run under it",
@@ -136,15 +135,22 @@ class CpuIsa(Check):
                 "and a 64-bit kernel.",
                 evidence=evidence,
             )
+            return
+        withheld = arm_withheld(arch, ctx.kernel_isa)
+        if withheld is not None:
+            release = ctx.kernel_isa.release
+            yield self._withholds(name, withheld, evidence + tuple(
+                [Evidence("/proc/sys/kernel/osrelease", release)] if release else []))
         if "NEON" not in usable:
-            return self.finding(
+            yield self.finding(
                 "no-neon", Severity.WARNING,
                 f"{name} has no NEON (asimd): expert kernels fall back to slow generic code",
                 evidence=evidence,
             )
+            return
         missing = arm_missing(arch.features)
         note = f" (no {', no '.join(missing)})" if missing else ""
-        return self.finding(
+        yield self.finding(
             "isa", Severity.INFO, f"{name}: expert kernels can use {', '.join(usable)}{note}",
             evidence=evidence,
         )
@@ -172,3 +178,15 @@ def _kernel_evidence(kernel: KernelIsa) -> List[Evidence]:
     if kernel.hidden_by_cmdline:
         evidence.append(Evidence("/proc/cmdline", " ".join(kernel.hidden_by_cmdline)))
     return evidence
+
+
+def _arm_evidence(arch: CpuArch) -> Tuple[Evidence, ...]:
+    """The cores' ids (with their processors where there are several kinds), the
+    architecture and the Features the kernels use."""
+    several = len(arch.arm_cores) > 1
+    cores = [f"CPU implementer {c.implementer:#04x}, CPU part {c.part:#05x}"
+             + (f" ({c.processors} processor{'s' if c.processors != 1 else ''})" if several else "")
+             for c in arch.arm_cores]
+    features = " ".join(sorted(arch.features & _ARM_FEATURES)) or "none the kernels use"
+    return (Evidence("/proc/cpuinfo", "; ".join(
+        [*cores, f"CPU architecture: {arch.arm_architecture or 'not listed'}", f"Features: {features}"])),)

@@ -137,3 +137,27 @@ def test_power_cpu_is_not_said_to_lack_avx2() -> None:
     assert list(isa) == ["unknown"]
     assert isa["unknown"]["summary"].startswith("POWER9 (architected), altivec supported: /proc/cpuinfo "
                                                 "lists no x86 flags and no arm64 Features")
+
+
+# -- SVE the kernel withholds -----------------------------------------------------------------
+def test_neoverse_v1_without_sve_in_features_is_withheld_by_the_boot_option(tmp_path: Path) -> None:
+    write_tree(tmp_path, {"/proc/cpuinfo": "".join(arm64_block(n, "0xd40") for n in range(4)),
+                          "/proc/meminfo": MEMINFO, "/proc/cmdline": "BOOT_IMAGE=/vmlinuz ro arm64.nosve\n"})
+    isa = findings_of(check_json(tmp_path), "cpu-isa")
+    assert isa["kernel-withholds"]["severity"] == "warning"
+    assert isa["kernel-withholds"]["summary"] == (
+        "Arm Neoverse V1 has SVE but the kernel will not give it: this CPU model has it, but "
+        "/proc/cpuinfo's Features do not list sve (the kernel boots with arm64.nosve)")
+    assert "SVE" not in isa["isa"]["summary"].split("(")[0]
+
+
+def test_old_kernel_on_an_sve_core_names_its_release(tmp_path: Path) -> None:
+    write_tree(tmp_path, {"/proc/cpuinfo": arm64_block(0, "0xd49"), "/proc/meminfo": MEMINFO,
+                          "/proc/sys/kernel/osrelease": "4.14.0-115.el7a.aarch64\n"})
+    why = findings_of(check_json(tmp_path), "cpu-isa")["kernel-withholds"]["summary"]
+    assert why.endswith("(Linux 4.14.0-115.el7a.aarch64 is older than 4.15, the first with SVE)")
+
+
+def test_a_core_without_sve_in_silicon_is_not_withheld() -> None:
+    isa = findings_of(check_json(HOSTS / "arm64-neoverse-n1"), "cpu-isa")
+    assert "kernel-withholds" not in isa

@@ -62,6 +62,9 @@ class CpuArch(NamedTuple):
     """/proc/device-tree/hypervisor/compatible (``linux,kvm``); pSeries only."""
     hmc_managed: bool = False
     """Whether /proc/device-tree/hmc-managed? exists (looked for on pSeries only)."""
+    boot_hides: Tuple[str, ...] = ()
+    """Words of /proc/cmdline that hide SVE from an arm64 kernel (``arm64.nosve``,
+    ``id_aa64pfr0.sve=0``); read on arm64 only."""
 
     @property
     def platform_guest(self) -> Optional[str]:
@@ -78,6 +81,7 @@ class CpuArch(NamedTuple):
         return "PowerVM LPAR"
 
 
+_SVE_HIDING = re.compile(r"^(arm64\.nosve|id_aa64pfr0\.sve=0)$")
 _BLANK_LINE = re.compile(rb"\n[ \t]*(?=\n)")
 _ARM_IDS = re.compile(rb"^CPU (implementer|part)[ \t]*:[ \t]*(0x[0-9a-fA-F]+)[ \t]*$", re.M)
 _LINE = r"^{}[ \t]*:[ \t]*(.*?)[ \t]*$"
@@ -157,6 +161,21 @@ _PARTS: Dict[Tuple[int, int], str] = {
 }
 
 
+_SVE_PARTS = frozenset({
+    (0x41, 0xD40), (0x41, 0xD49), (0x41, 0xD4F), (0x41, 0xD84), (0x41, 0xD8E),  # Neoverse V1-V3, N2, N3
+    (0x41, 0xD46), (0x41, 0xD47), (0x41, 0xD48), (0x41, 0xD4D), (0x41, 0xD4E),  # Armv9 Cortex cores
+    (0x41, 0xD80), (0x41, 0xD81), (0x41, 0xD82), (0x41, 0xD85), (0x41, 0xD87),
+    (0x46, 0x001), (0x6D, 0xD49),  # Fujitsu A64FX; Azure Cobalt 100 (a Neoverse N2)
+})
+"""Cores whose silicon has SVE (every Armv9 core has SVE2): a kernel or hypervisor that hides
+it leaves no trace in Features, so the part has to tell."""
+
+
+def arm_part_has_sve(core: ArmCore) -> bool:
+    """Whether this kind of core has SVE in silicon."""
+    return (core.implementer, core.part) in _SVE_PARTS
+
+
 def arm_core_name(core: ArmCore) -> str:
     """``Arm Neoverse N1``; ``Arm part 0xd99`` or ``implementer 0x99 part 0x001`` for a core
     the kernel does not name."""
@@ -176,10 +195,14 @@ def read_cpu_arch(root: Root) -> CpuArch:
     if data is None:
         return CpuArch(root.reads.get(CPUINFO) or "unreadable", "")
     facts = parse_cpu_arch(data)
+    if facts.arch == "arm64":
+        words = (root.read("/proc/cmdline") or "").split()
+        return facts._replace(boot_hides=tuple(w for w in words if _SVE_HIDING.match(w)))
     if facts.platform != "pSeries":
         return facts
     return facts._replace(lparcfg=root.exists(LPARCFG), dt_hypervisor=root.read_value(DT_HYPERVISOR),
                           hmc_managed=root.exists(DT_HMC_MANAGED))
 
 
-__all__ = ["CPUINFO", "LPARCFG", "ArmCore", "CpuArch", "arm_core_name", "parse_cpu_arch", "read_cpu_arch"]
+__all__ = ["CPUINFO", "LPARCFG", "ArmCore", "CpuArch", "arm_core_name", "arm_part_has_sve", "parse_cpu_arch",
+           "read_cpu_arch"]

@@ -4,7 +4,7 @@ arm64 CPU gives the expert kernels."""
 from typing import FrozenSet, List, NamedTuple, Optional, Tuple
 
 from strata_doctor.facts.cpu import XCOMP_AMX, XCOMP_AVX512, CpuFacts, KernelIsa, model_isa
-from strata_doctor.facts.cpu_arch import CpuArch, arm_core_name
+from strata_doctor.facts.cpu_arch import CpuArch, arm_core_name, arm_part_has_sve
 
 
 class Withheld(NamedTuple):
@@ -118,3 +118,17 @@ def arm_cpu_name(arch: CpuArch) -> str:
         return "an arm CPU"
     counted = [f"{core.processors} {name}" for core, name in zip(arch.arm_cores, names)]
     return ", ".join(counted[:-1]) + " and " + counted[-1]
+
+
+def arm_withheld(arch: CpuArch, kernel: KernelIsa) -> Optional[Withheld]:
+    """SVE when every core's part has it and Features does not list it, and why: a boot
+    option, a release before 4.15 (the first with SVE), else a kernel or hypervisor."""
+    if "sve" in arch.features or not arch.arm_cores or not all(map(arm_part_has_sve, arch.arm_cores)):
+        return None
+    if arch.boot_hides:
+        hidden = f" (the kernel boots with {' '.join(arch.boot_hides)})"
+    elif kernel.before(4, 15):
+        hidden = f" (Linux {kernel.release} is older than 4.15, the first with SVE)"
+    else:
+        hidden = " (a kernel built without CONFIG_ARM64_SVE, or a hypervisor that hides it)"
+    return Withheld("sve", "this CPU model has it, but /proc/cpuinfo's Features do not list sve" + hidden)
