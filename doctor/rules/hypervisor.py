@@ -32,8 +32,9 @@ def host_kind(virt: Virtualization, arch: CpuArch) -> HostKind:
     if arch.unread:
         return HostKind("unknown", f"/proc/cpuinfo cannot be read ({arch.unread}) and "
                         "systemd-detect-virt --vm gave no answer")
-    return HostKind("unknown", f"an {_ARCH_NAMES.get(arch.arch, 'unrecognised')} CPU has no hypervisor "
-                    "flag to show (that flag is x86's) and systemd-detect-virt --vm gave no answer")
+    return HostKind("unknown", f"{_ARCH_NAMES.get(arch.arch, 'this CPU')} has no hypervisor flag to show "
+                    "(that flag is x86's) and systemd-detect-virt --vm gave no answer")
 
 
-_ARCH_NAMES = {"arm64": "arm64", "arm": "arm", "ppc": "IBM POWER", "ia64": "ia64", "s390": "s390"}
+_ARCH_NAMES = {"arm64": "an arm64 CPU", "arm": "an arm CPU", "ppc": "a POWER or PowerPC CPU",
+               "ia64": "an ia64 CPU", "s390": "an s390 CPU"}
