@@ -50,8 +50,9 @@ class CpuIsa(Check):
     I8MM and BF16 from ``Features``; the CPU is named from its implementer and part as the
     kernel's cputype.h names them (0x41 0xd0c: Arm Neoverse N1). AVX2 is x86's and never asked
     of an arm CPU; a part known to have SVE whose Features lack it is a withheld SVE (a
-    kernel before 4.15, ``arm64.nosve``, a hypervisor). A 32-bit ARM kernel (``CPU architecture`` 7 or lower) cannot run the arm64
-    kernels at all: a warning. Without /proc/cpuinfo nothing is known of the CPU.
+    kernel before 4.15, ``arm64.nosve``, a hypervisor). A 32-bit ARM kernel (``CPU
+    architecture`` 7 or lower) cannot run the arm64 kernels at all: a warning. Without
+    /proc/cpuinfo nothing is known of the CPU.
     """
 
     id = "cpu-isa"
