@@ -96,19 +96,21 @@ class NumaTopology(Check):
         return self.finding("layout", Severity.OK, summary, detail=detail, evidence=evidence)
 
     def _socket_groups(self, ctx: HostContext) -> List[str]:
-        lines = []
+        """One sentence naming the sockets that hold several nodes; empty when none does."""
         cpu = ctx.cpu
-        # One lookup table, not cpu.packages_in per node: 2,048 CPUs on 32 nodes.
-        package_of = dict(cpu.package_of)
+        # One lookup table, not cpu.packages_in per node: 2,048 CPUs on 32 nodes. A package
+        # id of -1 (POWER, old ia64) is unknown, no socket.
+        package_of = {c: p for c, p in cpu.package_of if p >= 0}
         node_packages = [(n.id, frozenset(package_of[c] for c in n.cpus if c in package_of))
                          for n in ctx.numa.cpu_nodes]
-        for pkg in sorted({p for _, p in cpu.package_of}):
+        groups = []
+        for pkg in sorted(set(package_of.values())):
             nodes = [node_id for node_id, packages in node_packages if pkg in packages]
             if len(nodes) > 1:
-                lines.append(
-                    f"Socket {pkg} is split into sub-nodes {','.join(map(str, nodes))} (SNC/NPS)."
-                )
-        return lines
+                groups.append(f"socket {pkg}: nodes {','.join(map(str, nodes))}")
+        if not groups:
+            return []
+        return [f"Sockets holding several nodes: {'; '.join(groups)} (see sub-numa-clustering)."]
 
     def _special_nodes(self, ctx: HostContext) -> Iterator[Finding]:
         for node in ctx.numa.nodes:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+import re
+from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
 from strata_doctor.facts.cpu_policy import DETECT_VIRT
 from strata_doctor.facts.numa import NumaNode
-from strata_doctor.facts.parse import format_bytes
+from strata_doctor.facts.parse import format_bytes, format_cpulist
 from strata_doctor.model import Evidence, Finding, Severity
 
 
@@ -31,7 +32,7 @@ class SubNumaClustering(Check):
 
     id = "sub-numa-clustering"
     title = "Sub-NUMA clustering (SNC, NPS)"
-    findings = ("split", "off", "unknown")
+    findings = ("split", "multi-die", "node-spans-sockets", "off", "unknown")
 
     def commands(self, ctx: HostContext) -> Sequence[Command]:
         return (DETECT_VIRT,)
@@ -39,46 +40,83 @@ class SubNumaClustering(Check):
     def applies(self, ctx: HostContext) -> Optional[str]:
         if len(ctx.numa.cpu_nodes) < 2:
             return "one NUMA node with CPUs: nothing is split"
-        if not ctx.cpu.package_of:
-            return "the CPUs' packages are unknown (no physical id in /proc/cpuinfo or sysfs)"
+        if not _package_of(ctx):
+            return ("the CPUs' packages are unknown (no physical id in /proc/cpuinfo, and sysfs's "
+                    "physical_package_id is missing or -1)")
         if ctx.virtualization.virtual:
             return (f"a virtual machine ({ctx.virtualization.name}): its sockets and nodes are the "
                     "hypervisor's (see virtual-numa)")
         return None
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
-        by_package = _nodes_by_package(ctx)
-        sockets = len(by_package)
-        nodes = sum(len(ids) for ids in by_package.values())
-        if nodes < len(ctx.numa.cpu_nodes):
+        shared = _shared_cpus(ctx)
+        if shared:
             yield self.finding(
                 "unknown", Severity.OK,
-                f"the CPUs' packages name {nodes} of the {len(ctx.numa.cpu_nodes)} CPU nodes: no "
+                f"CPU nodes list the same CPUs ({format_cpulist(shared)}; see numa-topology): no "
                 "node-to-socket map",
-                evidence=(Evidence("/proc/cpuinfo", "physical id missing or unreadable for some "
-                                   "nodes' CPUs"),),
+                evidence=(Evidence("/sys/devices/system/node/node*/cpulist", format_cpulist(shared)),),
             )
             return
+        packages = _packages_by_node(ctx)
+        known = sum(1 for p in packages.values() if p)
+        if known < len(ctx.numa.cpu_nodes):
+            yield self.finding(
+                "unknown", Severity.OK,
+                f"the CPUs' packages name {known} of the {len(ctx.numa.cpu_nodes)} CPU nodes: no "
+                "node-to-socket map",
+                evidence=(Evidence(PACKAGE_SOURCE, "missing, unreadable or -1 for some nodes' CPUs"),),
+            )
+            return
+        if any(len(p) > 1 for p in packages.values()):
+            yield self._spans(packages)
+            return
+        yield from self._per_package(ctx, _nodes_by_package(packages))
+
+    def _spans(self, packages: Dict[int, List[int]]) -> Finding:
+        """Nodes of several packages each: one node per group of sockets, nothing split."""
+        layout = "; ".join(f"node {n}: package{'s' if len(p) > 1 else ''} {format_ids(p)}"
+                           for n, p in sorted(packages.items()))
+        counts = sorted({len(p) for p in packages.values()})
+        span = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+        return self.finding(
+            "node-spans-sockets", Severity.OK,
+            f"each NUMA node spans {span} packages ({layout}): no socket is split",
+            evidence=(Evidence(f"/sys/devices/system/node/node*/cpulist + {PACKAGE_SOURCE}", layout),),
+        )
+
+    def _per_package(self, ctx: HostContext, by_package: Dict[int, List[int]]) -> Iterator[Finding]:
+        sockets = len(by_package)
+        nodes = sum(len(ids) for ids in by_package.values())
         layout = "; ".join(f"socket {p}: node{'s' if len(n) > 1 else ''} {','.join(map(str, n))}"
                            for p, n in sorted(by_package.items()))
-        evidence = (
-            Evidence("/sys/devices/system/node/node*/cpulist + /proc/cpuinfo physical id", layout),
-        )
+        evidence = (Evidence(f"/sys/devices/system/node/node*/cpulist + {PACKAGE_SOURCE}", layout),)
         if nodes <= sockets:
+            yield self.finding("off", Severity.OK, f"one NUMA node per socket ({layout})",
+                               evidence=evidence)
+            return
+        die = _multi_die(ctx, by_package)
+        if die is not None:
             yield self.finding(
-                "off", Severity.OK,
-                f"one NUMA node per socket ({layout})",
-                evidence=evidence,
+                "multi-die", Severity.INFO,
+                f"each {die} package holds two dies, each its own NUMA node ({layout}): fixed in "
+                "the silicon, no BIOS setting joins them",
+                detail=_die_detail(ctx, by_package),
+                evidence=(*evidence, _die_evidence(ctx)),
             )
             return
         yield self.finding(
             "split", Severity.INFO,
-            f"{_per_socket(by_package)}: SNC or NPS is on ({layout})",
+            f"{_per_socket(by_package)}: {_switch(ctx)} ({layout})",
             detail=self._detail(ctx, by_package),
             evidence=evidence,
         )
 
     def _detail(self, ctx: HostContext, by_package: Dict[int, List[int]]) -> str:
+        vendor = _vendor(ctx)
+        if vendor not in ("GenuineIntel", "AuthenticAMD"):
+            return ("The firmware gives each socket several nodes, each with a share of its memory. "
+                    + _fit(ctx, by_package))
         return ("Sub-NUMA clustering (Intel SNC or Cluster-on-Die) or AMD NPS2/NPS4 splits each "
                 "socket into nodes with a share of its memory channels. "
                 + _fit(ctx, by_package)
@@ -88,14 +126,92 @@ class SubNumaClustering(Check):
                 "to one sub-node.")
 
 
-def _nodes_by_package(ctx: HostContext) -> Dict[int, List[int]]:
-    """The CPU nodes of each package (a node whose CPUs name no package is left out)."""
-    package_of = dict(ctx.cpu.package_of)
-    by_package: Dict[int, List[int]] = {}
+PACKAGE_SOURCE = "physical id (/proc/cpuinfo) or topology/physical_package_id"
+"""Where each CPU's package comes from (:class:`~strata_doctor.facts.cpu.CpuFacts`)."""
+
+
+MCM_FAMILIES = {0x10: "Magny-Cours", 0x15: "Interlagos/Abu Dhabi"}
+"""AMD families whose Opteron 61xx, 62xx and 63xx (socket G34) join two dies in a package."""
+
+
+_G34_OPTERON = re.compile(r"Opteron\(t?m\)? Processor 6[123]\d\d", re.IGNORECASE)
+
+
+def _package_of(ctx: HostContext) -> Dict[int, int]:
+    """CPU -> package, without -1: POWER and old ia64 kernels say -1 for a package they do
+    not know, which is no socket."""
+    return {cpu: pkg for cpu, pkg in ctx.cpu.package_of if pkg >= 0}
+
+
+def _vendor(ctx: HostContext) -> str:
+    found = ctx.cpu.vendor_family_model
+    return found[0] if found else ""
+
+
+def _switch(ctx: HostContext) -> str:
+    """What makes the split: SNC or NPS on Intel and AMD; other vendors name no such switch."""
+    if _vendor(ctx) in ("GenuineIntel", "AuthenticAMD"):
+        return "SNC or NPS is on"
+    return "the firmware gives each socket several nodes"
+
+
+def _multi_die(ctx: HostContext, by_package: Dict[int, List[int]]) -> Optional[str]:
+    """The CPU's model when each package is a two-die Opteron (G34): the kernel's amd_dcm
+    flag (a multi-node processor) or the model name, on AMD family 0x10 or 0x15, and two
+    nodes in every package; None otherwise."""
+    found = ctx.cpu.vendor_family_model
+    if found is None or found[0] != "AuthenticAMD" or found[1] not in MCM_FAMILIES:
+        return None
+    if any(len(nodes) != 2 for nodes in by_package.values()):
+        return None
+    model = (ctx.cpu.model or "").strip()
+    if "amd_dcm" not in ctx.cpu.flags and not _G34_OPTERON.search(model):
+        return None
+    return " ".join(model.split()) or f"AMD family {found[1]:#x}"
+
+
+def _die_evidence(ctx: HostContext) -> Evidence:
+    vendor, family, model = ctx.cpu.vendor_family_model or ("", 0, 0)
+    flag = "amd_dcm (multi-node processor)" if "amd_dcm" in ctx.cpu.flags else "no amd_dcm"
+    return Evidence("/proc/cpuinfo", f"{vendor} family {family:#x} model {model}, flags: {flag}")
+
+
+def _die_detail(ctx: HostContext, by_package: Dict[int, List[int]]) -> str:
+    _, family, _ = ctx.cpu.vendor_family_model or ("", 0, 0)
+    return (f"AMD's family {family:#x} Opterons for socket G34 ({MCM_FAMILIES.get(family, '')}) "
+            "put two dies in one package, each with its own memory controller and channels, "
+            "linked by HyperTransport: each die is a node, and nothing joins them. "
+            + _fit(ctx, by_package))
+
+
+def _shared_cpus(ctx: HostContext) -> FrozenSet[int]:
+    """CPUs that several CPU nodes list (broken firmware): no map can be drawn."""
+    seen: Set[int] = set()
+    shared: Set[int] = set()
     for node in ctx.numa.cpu_nodes:
-        packages = sorted({package_of[c] for c in node.cpus if c in package_of})
-        for package in packages[:1]:  # a node inside one package (firmware never splits it)
-            by_package.setdefault(package, []).append(node.id)
+        shared |= seen & node.cpus
+        seen |= node.cpus
+    return frozenset(shared)
+
+
+def _packages_by_node(ctx: HostContext) -> Dict[int, List[int]]:
+    """The known packages of each CPU node's CPUs."""
+    package_of = _package_of(ctx)
+    return {node.id: sorted({package_of[c] for c in node.cpus if c in package_of})
+            for node in ctx.numa.cpu_nodes}
+
+
+def format_ids(ids: List[int]) -> str:
+    """Package ids as a list (0,1,2,3 as 0-3)."""
+    return format_cpulist(frozenset(ids))
+
+
+def _nodes_by_package(packages: Dict[int, List[int]]) -> Dict[int, List[int]]:
+    """The CPU nodes of each package, from nodes that each lie in one package."""
+    by_package: Dict[int, List[int]] = {}
+    for node_id, found in sorted(packages.items()):
+        for package in found[:1]:
+            by_package.setdefault(package, []).append(node_id)
     return by_package
 
 
