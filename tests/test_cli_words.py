@@ -47,9 +47,8 @@ def test_one_restart_step_per_unit_naming_every_fix_that_needs_it(tmp_path: Path
     restarts = [m for m in plan["manual"] if m["text"].startswith("Restart strata.service")]
     assert len(restarts) == 1, plan["manual"]
     assert restarts[0]["text"] == ("Restart strata.service when convenient: the changes for "
-                                   "numa-binding/unbound, oomd/trap-chain and swap/swappable apply at "
-                                   "its next start.")
-    assert restarts[0]["finding"] == "numa-binding/unbound, oomd/trap-chain, swap/swappable"
+                                   "numa-binding/unbound and oomd/trap-chain apply at its next start.")
+    assert restarts[0]["finding"] == "numa-binding/unbound, oomd/trap-chain"
     text = run_cli(["fix", "--root", str(tree)]).stdout
     assert text.count("Restart strata.service") == 1
     # --restart takes it (once) instead of leaving it to the operator
@@ -59,9 +58,10 @@ def test_one_restart_step_per_unit_naming_every_fix_that_needs_it(tmp_path: Path
 
 
 def test_a_plan_ends_with_its_next_step(tmp_path: Path) -> None:
-    five = run_cli(["fix", "--root", str(_host(tmp_path, "seed-box"))]).stdout
-    assert "5 files to write; needs a restart of strata.service" in five and "file(s)" not in five
-    assert five.splitlines()[-1] == "Next: run this again with --apply to write these 5 files."
+    # seed-box: no swap drop-in, as its arena is pinned for the GPU (swap/gpu-pinned)
+    four = run_cli(["fix", "--root", str(_host(tmp_path, "seed-box"))]).stdout
+    assert "4 files to write; needs a restart of strata.service" in four and "file(s)" not in four
+    assert four.splitlines()[-1] == "Next: run this again with --apply to write these 4 files."
     one = run_cli(["fix", "--root", str(_host(tmp_path, "vm-gpu-nonuma"))]).stdout
     assert "\n1 file to write; takes effect at once.\n" in one
     assert one.splitlines()[-1] == "Next: run this again with --apply to write this file."
@@ -83,13 +83,13 @@ def test_apply_shows_words_once_and_where_the_originals_are(tmp_path: Path) -> N
     applied = run_cli(["fix", "--root", str(tree), "--apply", "--yes"])
     assert applied.exit_code == 0, applied.stderr
     out = applied.stdout
-    assert f"Wrote 5 files; the originals are saved in {tree}/var/lib/strata-doctor/applies/0001/.\n" in out
+    assert f"Wrote 4 files; the originals are saved in {tree}/var/lib/strata-doctor/applies/0001/.\n" in out
     assert "configured: configured:" not in out
     assert "error trap → info configured: vm.nr_hugepages = 0 in /etc/sysctl.d/81-strata-doctor.conf" in out
     assert "Next:" not in out  # the plan it carried out has no "run with --apply" step
     again = run_cli(["fix", "--root", str(tree), "--apply", "--yes"])
     assert again.exit_code == 0, again.stderr
-    assert ("Nothing to change: the fixes for numa-binding, numa-balancing, hugepages, oomd and swap are "
+    assert ("Nothing to change: the fixes for numa-binding, numa-balancing, hugepages and oomd are "
             "already in place; the fix for cpu-frequency/powersave is a step left to you (above); "
             "nothing written.") in again.stdout
     assert "Run `cpupower frequency-set -g performance` as root." in again.stdout
