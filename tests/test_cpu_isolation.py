@@ -134,3 +134,17 @@ def test_nothing_to_read_is_unknown_and_nothing_isolated_is_ok(tmp_path: Path) -
         "/sys/devices/system/cpu/isolated is missing")
     found = findings_of(check_json(_host(tmp_path / "b", {ISOLATED: "\n"})), "cpu-isolation")
     assert found["none"]["severity"] == "ok"
+
+
+def test_the_wrapper_binds_the_plans_cpus_when_it_leaves_isolated_ones_out() -> None:
+    from strata_doctor.fix.binding import binding_fix
+    from strata_doctor.fix.plan_files import render_template
+
+    def wrapper(pin: bool) -> str:
+        fix = binding_fix("strata.service", frozenset({1}), frozenset({1}), frozenset({4, 5}),
+                          "preferred", pin_cpus=pin)
+        change = next(f for f in fix.files if f.path == "/usr/local/bin/strata-numa")
+        return render_template(change.template, dict(change.context, finding="x"))
+
+    assert "exec numactl --preferred=1 --physcpubind=4-5 -- " in wrapper(True)
+    assert "exec numactl --preferred=1 --cpunodebind=1 -- " in wrapper(False)

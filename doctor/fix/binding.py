@@ -39,8 +39,13 @@ def systemd_policy(policy: str, mem_nodes: FrozenSet[int]) -> str:
     return "interleave"
 
 
-def wrapper_file(mem_nodes: FrozenSet[int], cpu_nodes: FrozenSet[int], policy: str) -> FileChange:
-    """``/usr/local/bin/strata-numa``: ``exec numactl --preferred=N --cpunodebind=N -- "$@"``."""
+def wrapper_file(
+    mem_nodes: FrozenSet[int], cpu_nodes: FrozenSet[int], policy: str,
+    physcpus: FrozenSet[int] = frozenset(),
+) -> FileChange:
+    """``/usr/local/bin/strata-numa``: ``exec numactl --preferred=N --cpunodebind=N -- "$@"``;
+    ``--physcpubind=`` with ``physcpus`` instead, when the plan leaves isolated CPUs of the
+    nodes out (numactl would otherwise place the engine on any of the node's CPUs)."""
     mem_option = policy if policy in ("preferred", "preferred-many", "interleave") else "preferred"
     if mem_option == "preferred" and len(mem_nodes) > 1:
         mem_option = "interleave"  # numactl --preferred takes one node
@@ -49,7 +54,7 @@ def wrapper_file(mem_nodes: FrozenSet[int], cpu_nodes: FrozenSet[int], policy: s
         template="strata-numa.j2",
         context=context_pairs(
             path=WRAPPER, mem_option=mem_option, mem_nodes=node_list(mem_nodes),
-            cpu_nodes=node_list(cpu_nodes),
+            cpu_nodes=node_list(cpu_nodes), physcpus=format_cpulist(physcpus),
         ),
         mode=0o755,
     )
@@ -64,14 +69,17 @@ def restart_action(unit: str) -> RuntimeAction:
 def binding_fix(
     unit: str, mem_nodes: FrozenSet[int], cpu_nodes: FrozenSet[int], cpus: FrozenSet[int],
     policy: str, support: Optional[SystemdSupport] = None, exec_start: Optional[str] = None,
+    pin_cpus: bool = False,
 ) -> Fix:
     """Bind the engine to the given nodes: a unit drop-in and the numactl wrapper.
 
     Without ``support`` the host's systemd is taken to be 243+ on cgroup v1 (no
     ``AllowedCPUs=``); :func:`binding_fix_for` reads the real support from the host.
+    ``pin_cpus``: the wrapper binds to ``cpus`` rather than to the nodes (the plan left
+    isolated CPUs of the nodes out).
     """
     support = support or SystemdSupport(NUMA_POLICY_SINCE, False, True, "assumed")
-    wrapper = wrapper_file(mem_nodes, cpu_nodes, policy)
+    wrapper = wrapper_file(mem_nodes, cpu_nodes, policy, cpus if pin_cpus else frozenset())
     cpu_text = format_cpulist(cpus)
     nodes = node_list(mem_nodes)
     restart = restart_action(unit)
@@ -136,7 +144,7 @@ def binding_fix_for(ctx: "HostContext", plan: BindingPlan) -> Fix:
     cpus = plan.cpus & ctx.numa.online_cpus if ctx.numa.online_cpus else plan.cpus
     exec_start = None if support.numa_policy else ctx.engine_exec_start
     return binding_fix(ctx.config.unit, plan.mem_nodes, plan.cpu_nodes, cpus, plan.policy, support,
-                       exec_start)
+                       exec_start, bool(plan.isolated_out))
 
 
 def reserve_node_fix(ctx: "HostContext", plan: BindingPlan, finding: str) -> Tuple[Optional[Fix], str]:

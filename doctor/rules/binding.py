@@ -27,6 +27,8 @@ class BindingPlan(NamedTuple):
     """``preferred``, ``preferred-many`` (Linux 5.15+) or ``interleave``."""
     reasons: Tuple[str, ...]
     """One line per decision taken."""
+    isolated_out: FrozenSet[int] = frozenset()
+    """Isolated CPUs of ``cpu_nodes`` that ``cpus`` leaves out (no load balancing there)."""
 
     @property
     def nodes_text(self) -> str:
@@ -89,11 +91,13 @@ def plan_for(
     spread = socket_spread(numa, node.id, cpu_node, mem_nodes, config, kernel_release)
     if spread is None:
         cpu_nodes = frozenset({cpu_node.id})
-        cpus = leave_out_isolated(cpus_of(numa, cpu_nodes), isolated, cpu_nodes, reasons)
-        return BindingPlan(mem_nodes, cpu_nodes, cpus, "preferred", tuple(reasons))
+        every = cpus_of(numa, cpu_nodes)
+        cpus = leave_out_isolated(every, isolated, cpu_nodes, reasons)
+        return BindingPlan(mem_nodes, cpu_nodes, cpus, "preferred", tuple(reasons), every - cpus)
     reasons.append(spread.reason)
-    cpus = leave_out_isolated(cpus_of(numa, spread.nodes), isolated, spread.nodes, reasons)
-    return BindingPlan(spread.nodes, spread.nodes, cpus, spread.policy, tuple(reasons))
+    every = cpus_of(numa, spread.nodes)
+    cpus = leave_out_isolated(every, isolated, spread.nodes, reasons)
+    return BindingPlan(spread.nodes, spread.nodes, cpus, spread.policy, tuple(reasons), every - cpus)
 
 
 def leave_out_isolated(
@@ -292,4 +296,5 @@ def _numactl_follows(exec_numactl: str, plan: BindingPlan) -> bool:
     words = exec_numactl.split()
     mems = plan.nodes_text
     wanted = (f"--preferred={mems}", f"--preferred-many={mems}", f"--interleave={mems}")
-    return any(w in wanted for w in words) and any(w.startswith("--cpunodebind=") for w in words)
+    return any(w in wanted for w in words) and any(
+        w.startswith(("--cpunodebind=", "--physcpubind=")) for w in words)
