@@ -5,11 +5,19 @@ first, then the fixture hosts written to the numbers the real machines showed.""
 
 from __future__ import annotations
 
-from typing import FrozenSet, Optional
+import subprocess
+import xml.etree.ElementTree as ET
+from typing import Any, Dict, FrozenSet, List, Optional
 
-from strata_doctor.facts.cpu import CpuFacts, count_cores, known_packages, parse_siblings
+import pytest
+
+from strata_doctor.facts.cpu import CpuFacts, count_cores, known_packages, parse_siblings, read_cpu
 from strata_doctor.facts.cpu_states import CpuStateFiles, asked_per_cpu, cpu_states
+from strata_doctor.facts.numa import read_numa
 from strata_doctor.facts.parse import parse_cpulist
+from strata_doctor.root import Root
+from tests.conftest import HOSTS, check_json
+from tests.corpus import LSTOPO
 
 CPU = "/sys/devices/system/cpu"
 
@@ -118,3 +126,60 @@ def test_thread_groups_in_gives_whole_groups_only_when_every_cpu_has_one() -> No
     assert facts.thread_groups_in(cpus("0,2")) == (cpus("0-1"), cpus("2-3"))
     assert facts.thread_groups_in(cpus("0-4")) == ()
     assert (facts.core_count(cpus("0-3")), facts.cores_in(cpus("0-4"))) == (2, 5)
+
+
+# -- the fixture hosts written to the real machines' numbers -------------------------------------
+ODD_CPU_HOSTS = ("online-zero-no-offline", "cpus-without-folders", "siblings-only-ia64",
+                 "possible-beyond-present")
+
+
+def findings(host: str, check: str) -> List[Dict[str, Any]]:
+    return [f for f in check_json(HOSTS / host)["findings"] if f["check"] == check]
+
+
+def test_a_cpu_left_out_of_online_is_reported_offline() -> None:
+    numa = read_numa(Root(str(HOSTS / "online-zero-no-offline")))
+    assert (numa.online_cpus, numa.offline_cpus) == (cpus("0-3,5-15"), cpus("4"))
+    (offline,) = [f for f in findings("online-zero-no-offline", "numa-topology") if f["id"] == "offline-cpus"]
+    assert offline["summary"] == "1 CPU is offline (4); it is left out of every CPU list"
+    assert offline["evidence"] == [{"source": f"{CPU}/cpu*/online", "value": "4"}]
+
+
+def test_cpus_a_cpumap_names_without_a_folder_do_not_exist() -> None:
+    root = Root(str(HOSTS / "cpus-without-folders"))
+    numa = read_numa(root)
+    (node,) = numa.nodes
+    assert (numa.online_cpus, numa.offline_cpus) == (cpus("0-11"), frozenset())
+    assert (node.all_cpus, node.cpus, node.cpus_source) == (cpus("0-15"), cpus("0-11"), "cpumap")
+    cpu = read_cpu(root)
+    assert (cpu.core_count(cpus("0-11")), cpu.siblings_file, cpu.sockets) == (12, "thread_siblings", 2)
+
+
+def test_thread_siblings_masks_alone_count_the_cores_and_package_minus_one_no_socket() -> None:
+    cpu = read_cpu(Root(str(HOSTS / "siblings-only-ia64")))
+    assert (cpu.sockets, cpu.package_of, cpu.core_of) == (0, (), ())
+    assert cpu.thread_groups_in(cpus("0-7")) == (cpus("0-1"), cpus("2-3"), cpus("4-5"), cpus("6-7"))
+    (workers,) = findings("siblings-only-ia64", "expert-workers")
+    assert (workers["id"], workers["severity"]) == ("smt-siblings", "info")
+    assert workers["summary"].startswith("workers: 8 is more than the host's 4 physical cores (8 CPUs: 0-7)")
+    assert {"source": f"{CPU}/cpu0/topology/thread_siblings", "value": "0-1"} in workers["evidence"]
+
+
+def test_possible_cpus_beyond_the_present_ones_are_not_offline() -> None:
+    numa = read_numa(Root(str(HOSTS / "possible-beyond-present")))
+    assert (numa.online_cpus, numa.offline_cpus) == (cpus("0-15"), frozenset())
+    assert not [f for f in findings("possible-beyond-present", "numa-topology") if f["id"] == "offline-cpus"]
+
+
+@pytest.mark.skipif(LSTOPO is None, reason="lstopo-no-graphics is not installed (Debian package hwloc-nox)")
+@pytest.mark.parametrize("host", ODD_CPU_HOSTS)
+def test_lstopo_counts_the_same_cpus_and_cores(host: str) -> None:
+    assert LSTOPO is not None
+    done = subprocess.run([LSTOPO, "--if", "fsroot", "--input", str(HOSTS / host), "--of", "xml"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    objects = list(ET.fromstring(done.stdout).iter("object"))
+    pus = frozenset(int(o.get("os_index", "-1")) for o in objects if o.get("type") == "PU")
+    cores = sum(1 for o in objects if o.get("type") == "Core")
+    root = Root(str(HOSTS / host))
+    online = read_numa(root).online_cpus
+    assert (pus, cores) == (online, read_cpu(root).core_count(online))
