@@ -36,7 +36,7 @@ class CpuIsolation(Check):
     id = "cpu-isolation"
     title = "Isolated CPUs and systemd's CPU affinity"
     findings = ("unknown", "isolated", "isolated-left-out", "managed-irq-only", "confined",
-                "unit-overrides", "idle-poll", "none")
+                "unit-overrides", "idle-poll", "none", "not-isolated")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if not ctx.isolation.planned:
@@ -151,6 +151,14 @@ class CpuIsolation(Check):
         )
 
     def _none(self, verdict: IsolationVerdict, facts: IsolationFacts) -> Finding:
+        if facts.cmdline is None:  # no systemd.cpu_affinity= to read: say only what sysfs says
+            return self.finding(
+                "not-isolated", Severity.OK,
+                f"none of {_place(verdict.where)} {len(verdict.planned)} CPUs is isolated from "
+                f"the scheduler ({ISOLATED}); {CMDLINE} is missing, so systemd.cpu_affinity= is "
+                "unknown",
+                evidence=_isolation_evidence(facts) + _conf_evidence(facts),
+            )
         return self.finding(
             "none", Severity.OK,
             f"none of {_place(verdict.where)} {len(verdict.planned)} CPUs is isolated from the "

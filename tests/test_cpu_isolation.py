@@ -132,7 +132,7 @@ def test_nothing_to_read_is_unknown_and_nothing_isolated_is_ok(tmp_path: Path) -
     assert found["unknown"]["summary"] == (
         "whether any CPU is isolated from the scheduler is unknown: /proc/cmdline is missing, "
         "/sys/devices/system/cpu/isolated is missing")
-    found = findings_of(check_json(_host(tmp_path / "b", {ISOLATED: "\n"})), "cpu-isolation")
+    found = findings_of(check_json(_host(tmp_path / "b", {"/proc/cmdline": "ro\n"})), "cpu-isolation")
     assert found["none"]["severity"] == "ok"
 
 
@@ -148,3 +148,10 @@ def test_the_wrapper_binds_the_plans_cpus_when_it_leaves_isolated_ones_out() -> 
 
     assert "exec numactl --preferred=1 --physcpubind=4-5 -- " in wrapper(True)
     assert "exec numactl --preferred=1 --cpunodebind=1 -- " in wrapper(False)
+
+
+def test_without_the_command_line_systemds_affinity_is_not_claimed(tmp_path: Path) -> None:
+    found = findings_of(check_json(_host(tmp_path, {ISOLATED: "\n"})), "cpu-isolation")
+    assert found["not-isolated"]["summary"] == (
+        "none of node 1's 4 CPUs is isolated from the scheduler (/sys/devices/system/cpu/isolated); "
+        "/proc/cmdline is missing, so systemd.cpu_affinity= is unknown")
