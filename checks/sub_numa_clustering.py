@@ -79,9 +79,12 @@ class SubNumaClustering(Check):
                            for n, p in sorted(packages.items()))
         counts = sorted({len(p) for p in packages.values()})
         span = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+        # The summary names the first nodes; the evidence has them all (64 nodes on ia64).
+        shown = layout if len(packages) <= SHOWN_NODES else (
+            "; ".join(layout.split("; ")[:SHOWN_NODES]) + f"; {len(packages) - SHOWN_NODES} more nodes")
         return self.finding(
             "node-spans-sockets", Severity.OK,
-            f"each NUMA node spans {span} packages ({layout}): no socket is split",
+            f"each NUMA node spans {span} packages ({shown}): no socket is split",
             evidence=(Evidence(f"/sys/devices/system/node/node*/cpulist + {PACKAGE_SOURCE}", layout),),
         )
 
@@ -124,6 +127,10 @@ class SubNumaClustering(Check):
                 "node, so the whole socket's memory is local to the GPU's node. ktransformers users "
                 "report OOMs from this layout (its issues #1147 and #1730) when a process is bound "
                 "to one sub-node.")
+
+
+SHOWN_NODES = 4
+"""Nodes a node-spans-sockets summary names before it counts the rest."""
 
 
 PACKAGE_SOURCE = "physical id (/proc/cpuinfo) or topology/physical_package_id"
