@@ -95,7 +95,7 @@ def _cores(ctx: HostContext, cpus: FrozenSet[int]) -> Tuple[int, Evidence]:
     if example is not None:
         return cores, Evidence(f"/sys/devices/system/cpu/cpu{min(example)}/topology/{cpu.siblings_file}",
                                format_cpulist(example))
-    if groups:
+    if groups and cpus <= frozenset().union(*groups):  # counted from the lists, no SMT
         return cores, Evidence(f"/sys/devices/system/cpu/cpu*/topology/{cpu.siblings_file}",
                                f"{len(cpus)} CPUs, each its own sibling list")
     return cores, Evidence(cpu.core_ids_source, f"{cores} distinct (physical id, core id) among "

@@ -11,8 +11,17 @@ from typing import Any, Dict, FrozenSet, List, Optional
 
 import pytest
 
-from strata_doctor.facts.cpu import CpuFacts, count_cores, known_packages, parse_siblings, read_cpu
-from strata_doctor.facts.cpu_states import CpuStateFiles, asked_per_cpu, cpu_states
+from strata_doctor.facts.cpu import CpuFacts, known_packages, read_cpu
+from strata_doctor.facts.cpu_states import (
+    CpuStateFiles,
+    asked_per_cpu,
+    count_cores,
+    cpu_states,
+    pairs_agree,
+    parse_siblings,
+    sample_cpus,
+    thread_groups,
+)
 from strata_doctor.facts.numa import read_numa
 from strata_doctor.facts.parse import parse_cpulist
 from strata_doctor.root import Root
@@ -121,11 +130,33 @@ def test_a_package_of_minus_one_is_unknown() -> None:
     assert known_packages({0: 0, 1: 1}, {0: (0, 0), 1: (1, 0)}) == ({0: 0, 1: 1}, {0: (0, 0), 1: (1, 0)})
 
 
-def test_thread_groups_in_gives_whole_groups_only_when_every_cpu_has_one() -> None:
+def test_thread_groups_in_gives_the_whole_group_of_each_cpu_that_has_one() -> None:
     facts = CpuFacts(None, 0, (), (), frozenset(), thread_group_of=((0, 0), (1, 0), (2, 2), (3, 2)))
     assert facts.thread_groups_in(cpus("0,2")) == (cpus("0-1"), cpus("2-3"))
-    assert facts.thread_groups_in(cpus("0-4")) == ()
+    assert facts.thread_groups_in(cpus("3-4")) == (cpus("2-3"),)
     assert (facts.core_count(cpus("0-3")), facts.cores_in(cpus("0-4"))) == (2, 5)
+
+
+def test_the_pairs_are_tested_on_each_packages_first_and_last_cpu() -> None:
+    # Two packages of 2 cores x 2 threads in host numbering: CPU n's sibling is n+4.
+    core_of = {cpu: (cpu // 2 % 2, cpu % 2) for cpu in range(8)}
+    assert sample_cpus(core_of) == [0, 2, 5, 7]
+    assert pairs_agree({0: cpus("0,4"), 2: cpus("2,6"), 5: cpus("1,5"), 7: cpus("3,7")}, core_of)
+    assert not pairs_agree({0: cpus("0")}, core_of)  # SMT off, core ids of an SMT layout
+    assert not pairs_agree({8: cpus("8")}, core_of)  # a list of a CPU without a pair
+
+
+def test_an_opteron_6134s_two_dies_share_core_ids_and_the_lists_say_so() -> None:
+    # Package 0 holds CPUs 0-7 in two dies whose core ids both run 0-3; no SMT.
+    core_of = {cpu: (0, cpu % 4) for cpu in range(8)}
+    read = {0: cpus("0"), 7: cpus("7")}
+    assert not pairs_agree(read, core_of)
+    assert count_cores(cpus("0-7"), thread_groups({c: frozenset([c]) for c in range(8)}), core_of) == 8
+    assert count_cores(cpus("0-7"), {}, core_of) == 4
+
+
+def test_a_list_that_leaves_out_its_own_cpu_gives_no_group() -> None:
+    assert thread_groups({0: cpus("0,4"), 1: frozenset(), 2: cpus("3")}) == {0: 0, 4: 0}
 
 
 # -- the fixture hosts written to the real machines' numbers -------------------------------------

@@ -4,14 +4,13 @@ instruction sets the kernel gives the engine's experts.
 
 import re
 from operator import itemgetter
-from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Dict, FrozenSet, List, NamedTuple, Optional, Tuple
 
+from strata_doctor.facts.cpu_states import count_cores, read_thread_groups
 from strata_doctor.facts.numa import CPU_DIR
 from strata_doctor.facts.parse import (
     is_plain,
     parse_cpuinfo,
-    parse_cpulist,
-    parse_cpumap,
     parse_int,
 )
 from strata_doctor.root import Root
@@ -42,8 +41,10 @@ class CpuFacts(NamedTuple):
     """(``vendor_id``, ``cpu family``, ``model``) of the first processor, when cpuinfo says."""
     thread_group_of: Tuple[Tuple[int, int], ...] = ()
     """(cpu, the lowest CPU of its ``thread_siblings`` group) pairs: one group per physical
-    core. Core ids alone miscount: an Opteron 6134 package holds two dies whose ``core id``
-    both run 0-3."""
+    core, for every CPU where the (package, core id) pairs disagree with a sample of the
+    lists (:func:`~strata_doctor.facts.cpu_states.read_thread_groups`), else for the
+    sample's. Core ids alone miscount: an Opteron 6134 package holds two dies whose
+    ``core id`` both run 0-3."""
     siblings_file: str = "thread_siblings_list"
     """The file the groups were read from: ``thread_siblings`` where only the mask exists."""
     core_ids_source: str = "/proc/cpuinfo"
@@ -60,12 +61,10 @@ class CpuFacts(NamedTuple):
         return len(cpus) if cores is None else cores
 
     def thread_groups_in(self, cpus: FrozenSet[int]) -> Tuple[FrozenSet[int], ...]:
-        """The whole thread_siblings group of each core among ``cpus``, by lowest CPU; empty
-        unless every CPU of ``cpus`` has a group."""
+        """The whole thread_siblings group of each CPU of ``cpus`` that has one, by lowest
+        CPU (only the sampled CPUs have one where the core ids were trusted)."""
         group_of = dict(self.thread_group_of)
-        if not cpus or not group_of.keys() >= cpus:
-            return ()
-        wanted = {group_of[cpu] for cpu in cpus}
+        wanted = {group_of[cpu] for cpu in cpus if cpu in group_of}
         members: Dict[int, List[int]] = {}
         for cpu, first in self.thread_group_of:
             if first in wanted:
@@ -103,7 +102,7 @@ def read_cpu(root: Root) -> CpuFacts:
     if not package_of:
         package_of, core_of = _sysfs_topology(root, folders)
         core_ids_source = SYSFS_TOPOLOGY
-    group_of, siblings_file = _read_thread_groups(root, folders)
+    group_of, siblings_file = read_thread_groups(root, folders, core_of)
     return CpuFacts(
         model=model,
         sockets=len(set(package_of.values())),
@@ -231,49 +230,6 @@ def _sysfs_topology(root: Root, folders: List[int]) -> Topology:
             package_of[cpu] = pkg
             core_of[cpu] = (pkg, core if core is not None else cpu)
     return package_of, core_of
-
-
-# -- physical cores: the thread_siblings groups -------------------------------------------
-def parse_siblings(listed: Optional[str], mask: Optional[str]) -> FrozenSet[int]:
-    """A CPU's SMT siblings, itself among them, from ``thread_siblings_list``, else from the
-    ``thread_siblings`` mask (kernels before 2.6.26 wrote only the mask)."""
-    if listed is not None and listed.strip():
-        return parse_cpulist(listed)
-    return parse_cpumap(mask or "")
-
-
-def count_cores(cpus: FrozenSet[int], group_of: Mapping[int, int],
-                core_of: Mapping[int, Tuple[int, int]]) -> Optional[int]:
-    """Physical cores among ``cpus``: their distinct thread_siblings groups when each has
-    one, else their distinct (package, core id) pairs when each has one; None otherwise."""
-    if not cpus:
-        return None
-    if group_of.keys() >= cpus:
-        return len({group_of[cpu] for cpu in cpus})
-    if core_of.keys() >= cpus:
-        return len({core_of[cpu] for cpu in cpus})
-    return None
-
-
-def _read_thread_groups(root: Root, folders: List[int]) -> Tuple[Dict[int, int], str]:
-    """(cpu -> lowest CPU of its group, the file read): one read per core, since a core's
-    list names its siblings; a CPU whose file is missing or leaves it out has no group."""
-    group_of: Dict[int, int] = {}
-    masks = False
-    for cpu in folders:
-        if cpu in group_of:
-            continue
-        base = f"{CPU_DIR}/cpu{cpu}/topology"
-        listed = root.read(f"{base}/thread_siblings_list")
-        mask = root.read(f"{base}/thread_siblings") if listed is None else None
-        siblings = parse_siblings(listed, mask)
-        if cpu not in siblings:
-            continue
-        masks = masks or listed is None
-        first = min(siblings)
-        for sibling in siblings:
-            group_of.setdefault(sibling, first)
-    return group_of, "thread_siblings" if masks else "thread_siblings_list"
 
 
 # -- the instruction sets the kernel gives, not only those the CPU has ------------------------
