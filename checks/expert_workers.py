@@ -15,10 +15,11 @@ class ExpertWorkers(Check):
 
     The CPUs are the binding plan's (the GPU's node, or its socket's nodes when the arena
     needs them), else the running engine's allowed CPUs, else every online CPU. Physical
-    cores are the distinct groups of ``/sys/devices/system/cpu/cpuN/topology/thread_siblings_list``
-    (else of the ``thread_siblings`` mask, else ``physical id``/``core id`` pairs within a
-    known package): CPU ids are not contiguous, the seed's node 1 is ``22-43,66-87`` and CPU
-    22's sibling is 66. Skipped when neither shows the cores. More workers than logical CPUs is
+    cores are the ``physical id``/``core id`` pairs within a known package where they agree
+    with the sampled ``/sys/devices/system/cpu/cpuN/topology/thread_siblings_list`` (or
+    ``thread_siblings`` mask), else the distinct groups of every CPU's list (``ctx.cpu``):
+    CPU ids are not contiguous, the seed's node 1 is ``22-43,66-87`` and CPU 22's sibling
+    is 66. Skipped when neither shows the cores. More workers than logical CPUs is
     a warning: threads queue for a CPU and every expert waits for the slowest. More than
     physical cores is info: SMT siblings share one core's FPU, vector units and L2, so the
     second thread on a core adds little to AVX-2/AVX-512 expert kernels. The suggestion
