@@ -23,7 +23,7 @@ from tests.test_safety_interrupt import _cli, _one_line, _revert_all
 
 OLDER = "# Managed by strata-doctor\n# an older version of this file\n"
 REPLACED = ("etc/sysctl.d/81-strata-doctor.conf", "etc/systemd/system/strata.slice",
-            "etc/systemd/system/strata.service.d/60-strata-doctor-swap.conf")
+            "etc/systemd/system/strata.service.d/60-strata-doctor-oomd.conf")
 
 
 class Killed(BaseException):

@@ -6,12 +6,14 @@ long-running process under a drop-in that sets ``MemoryMax=256M`` (below arena +
 headroom: 400 + 16 + 64 MiB), ``LimitMEMLOCK=8M`` with ``lock: true`` in the config,
 ``AllowedMemoryNodes=0`` and ``AllowedCPUs=0-1`` (node 0 only), and no ``MemorySwapMax=``.
 systemd turns those into the cgroup files and the rlimit a real kernel shows, and the
-checks must report them with those numbers. ``fix --apply --only memlock --only swap``
-must write ``LimitMEMLOCK=infinity`` and ``MemorySwapMax=0``; once the unit restarts the
-kernel's limit must be unlimited, ``memory.swap.max`` 0, and memlock and swap must pass;
-``fix --revert`` must remove both drop-ins and, after a restart, give the engine swap
-again. The guest has no disk: swap is a file on tmpfs behind a loop device (the image
-keeps the ``loop`` module, guest.py's MODULES). Only a guest kernel with no loop device
+checks must report them with those numbers. With the stand-in taken as the compute GPU
+(``--gpu``) swap says the arena is pinned for it; as a CPU-only engine (no ``--gpu``)
+``fix --apply --only memlock --only swap`` must write ``LimitMEMLOCK=infinity`` and
+``MemorySwapMax=0``; once the unit restarts the kernel's limit must be unlimited,
+``memory.swap.max`` 0, and memlock and swap must pass; ``fix --revert`` must remove both
+drop-ins and, after a restart, give the engine swap again. The guest has no disk: swap is
+a file on tmpfs behind a loop device (the image keeps the ``loop`` module, guest.py's
+MODULES). Only a guest kernel with no loop device
 at all skips the swap tests, and says so. It boots once with its own steps, so this
 file runs alone (about three minutes):
 
@@ -67,6 +69,10 @@ FACTS = (
 )
 
 
+CPU_ONLY_SWAP = "check --format json swap"
+"""The swap check as on a host without a compute GPU (no --gpu for the stand-in)."""
+
+
 def steps() -> List[Step]:
     t = TOPOLOGIES[NAME]
     return [
@@ -75,15 +81,18 @@ def steps() -> List[Step]:
                       f"systemctl is-active {UNIT}"),
         Step("facts", FACTS),
         Step("check-before", doctor("check --format json cgroup-limits memlock swap", t)),
-        Step("apply", doctor("fix --apply --yes --only memlock --only swap", t)),
+        # Without --gpu the stand-in display is no compute GPU: the engine pins nothing for
+        # one, so its arena can be swapped and the swap check plans MemorySwapMax=0.
+        Step("check-before-cpu", f"strata-doctor {CPU_ONLY_SWAP}"),
+        Step("apply", "strata-doctor fix --apply --yes --only memlock --only swap"),
         # Between daemon-reload and the restart: whatever the running cgroup holds now,
         # the swap check must read that and no more.
         Step("reloaded", f"cat {CG}/memory.swap.max"),
-        Step("check-reloaded", doctor("check --format json swap", t)),
+        Step("check-reloaded", "strata-doctor check --format json swap"),
         Step("restart", f"systemctl restart {UNIT} && sleep 1 && grep '^Max locked memory' "
                         f"/proc/$(systemctl show -p MainPID --value {UNIT})/limits"),
         Step("facts-after", FACTS),
-        Step("check-after", doctor("check --format json memlock swap", t)),
+        Step("check-after", "strata-doctor check --format json memlock swap"),
         Step("revert", doctor("fix --revert --yes", t)),
         Step("after-revert", f"ls /etc/systemd/system/{UNIT}.d/"),
         Step("restart-reverted", f"systemctl restart {UNIT} && sleep 1 && cat {CG}/memory.swap.max"),
@@ -197,7 +206,11 @@ def test_swap_without_memory_swap_max_can_take_the_arena(booted: BootResult) -> 
     # Somewhat less than the file: mkswap keeps the first page for its header.
     assert (SWAP_MIB - 1) * 1024 <= int(f["SwapTotal"]) <= SWAP_MIB * 1024, f
     assert f["memory.swap.max"] == "max", f
-    (swap,) = findings(booted, "check-before", "swap")
+    (pinned,) = findings(booted, "check-before", "swap")
+    # With the stand-in taken as the compute GPU, arena + K/V are pinned for it: no fix.
+    assert (pinned["id"], pinned["severity"]) == ("gpu-pinned", "ok"), pinned
+    assert "are pinned for the GPU" in pinned["summary"] and pinned["fix"] is None, pinned
+    (swap,) = findings(booted, "check-before-cpu", "swap")
     # Debian's systemd-oomd puts ManagedOOMSwap=kill on -.slice, so with swap on the
     # engine is what oomd would kill: a warning, not info.
     assert (swap["id"], swap["severity"]) == ("swappable", "warning"), swap
