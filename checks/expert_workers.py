@@ -99,8 +99,9 @@ def _cores(ctx: HostContext, cpus: FrozenSet[int]) -> Tuple[int, Evidence]:
     if groups and cpus <= frozenset().union(*groups):  # counted from the lists, no SMT
         return cores, Evidence(f"/sys/devices/system/cpu/cpu*/topology/{cpu.siblings_file}",
                                f"{len(cpus)} CPUs, each its own sibling list")
-    return cores, Evidence(cpu.core_ids_source, f"{cores} distinct (physical id, core id) among "
-                           f"{len(cpus)} CPUs")
+    from_cpuinfo = cpu.core_ids_source == "/proc/cpuinfo"
+    pair = "(physical id, core id)" if from_cpuinfo else "(physical_package_id, core_id)"
+    return cores, Evidence(cpu.core_ids_source, f"{cores} distinct {pair} among {len(cpus)} CPUs")
 
 
 def _pinned_note(ctx: HostContext, cpus: FrozenSet[int]) -> str:
