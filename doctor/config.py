@@ -65,8 +65,9 @@ class EngineConfig(NamedTuple):
     source: Optional[str] = None
     """The config file these came from, if any."""
     lock: bool = False
-    """Whether the engine locks its arena and K/V in RAM (``lock:``: mlock or pinned host
-    memory), so the locked-memory limit must hold them."""
+    """Whether the engine mlock()s its arena and K/V (``lock:``), so the locked-memory limit
+    must hold them; pinning them for the GPU (cudaHostRegister) is not charged to that limit
+    (docs/checks/memlock.md)."""
     release_pool: bool = False
     """Whether ``fix`` may release a hugepage pool that another program may use
     (``release_pool:``; docs/checks/hugepages.md)."""

@@ -294,4 +294,9 @@ def test_trees_stay_small() -> None:
              for kind, data in _snapshot(HOSTS / host).values() if kind == "file"]
     # The largest files are the per-CPU /proc/cpuinfo of the 256- and 224-CPU servers.
     assert max(sizes) < 512 * 1024
-    assert sum(sizes) < 5 * 1024**2  # sixteen hosts; the 256- and the two 224-CPU servers are most of it
+    # 5 MiB held sixteen hosts; at 33 they are 5.2 MiB. Half is /proc/cpuinfo, which the
+    # kernel writes whole for every CPU (the 256- and the two 224-CPU servers alone are
+    # 1.26 MiB of it), the rest the sysfs files of every CPU and node, one small file each:
+    # nothing a model could drop without the trees ceasing to be what a kernel writes. The
+    # bound still catches a model that writes a large file by mistake, or a host too big.
+    assert sum(sizes) < 7 * 1024**2
