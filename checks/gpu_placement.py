@@ -41,7 +41,8 @@ class GpuPlacementCheck(Check):
     id = "gpu-placement"
     title = "GPU placement"
     findings = ("placed", "node-from-cpulist", "unknown-node", "numa-node-contradiction",
-                "local-cpus-contradiction", "persistence-off", "no-compute-gpu", "no-gpu")
+                "local-cpus-contradiction", "persistence-off", "no-compute-gpu", "no-gpu",
+                "no-pci")
 
     def commands(self, ctx: HostContext) -> Sequence[Command]:
         gpu = ctx.placement.gpu if ctx.placement else None
@@ -50,7 +51,7 @@ class GpuPlacementCheck(Check):
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         placement = ctx.placement
         if placement is None:
-            yield self._no_compute_gpu(ctx) if ctx.gpus else self._no_gpu()
+            yield self._no_compute_gpu(ctx) if ctx.gpus else self._no_gpu(ctx.pci_functions)
             return
         gpu = placement.gpu
         evidence = _evidence(gpu)
@@ -72,13 +73,25 @@ class GpuPlacementCheck(Check):
                                     f"{g.ids} class {g.pci_class:06x}") for g in ctx.gpus),
         )
 
-    def _no_gpu(self) -> Finding:
+    def _no_gpu(self, functions: int) -> Finding:
+        if not functions:
+            # A capture of sys/devices/system alone, or a machine with no PCI bus: whether
+            # a GPU exists is unknown, and saying the engine runs without one would be a guess.
+            return self.finding(
+                "no-pci", Severity.WARNING,
+                f"the tree lists no PCI function ({PCI} is missing or empty): "
+                "whether a GPU exists is unknown",
+                detail="Strata caches hot experts on one GPU, which sits on the PCI bus. A "
+                "capture without the bus cannot show it, and the GPU checks skip; capture the "
+                "host again with its /sys/bus/pci to have them run.",
+                evidence=(Evidence(PCI, "no entries"),),
+            )
         return self.finding(
             "no-gpu", Severity.WARNING,
             "no GPU found: the engine would run without its expert cache",
-            detail="No PCI function of class 0x03 (display/3D) exists. Strata caches hot "
-            "experts on one GPU; without one every expert runs on the CPU pool.",
-            evidence=(Evidence(PCI, "no function with class 0x03xxxx"),),
+            detail=f"Of the {functions:,} PCI functions listed, none is of class 0x03 (display/3D). "
+            "Strata caches hot experts on one GPU; without one every expert runs on the CPU pool.",
+            evidence=(Evidence(PCI, f"{functions:,} functions, none with class 0x03xxxx"),),
         )
 
     def _node(self, ctx: HostContext, placement: GpuPlacement, evidence: Tuple[Evidence, ...]) -> Finding:

@@ -192,6 +192,13 @@ MANAGEMENT_DISPLAYS: Dict[Tuple[int, Optional[int]], str] = {
 ``--gpu`` or the config names them: BMC VGA chips and hypervisors' emulated displays."""
 
 
+def count_pci_functions(root: Root) -> int:
+    """How many functions ``/sys/bus/pci/devices`` lists; 0 when the capture holds none,
+    which says nothing about the host's GPUs (s390, a PS3, a tree of sys/devices/system
+    alone)."""
+    return len(root.listdir(PCI_DIR))
+
+
 def read_gpus(root: Root) -> Tuple[Gpu, ...]:
     """Read every display-class PCI function through ``root``."""
     gpus = []

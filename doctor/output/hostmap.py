@@ -160,6 +160,8 @@ class HostMap(NamedTuple):
     """One line: what the binding fix does here, or why nothing."""
     changes: Tuple[FixChange, ...]
     """What the binding fix changes; empty when it changes nothing."""
+    pci_functions: int = 0
+    """PCI functions the tree lists; 0 means its GPUs are unknown, not absent."""
 
 
 def build_map(ctx: HostContext) -> HostMap:
@@ -190,6 +192,7 @@ def build_map(ctx: HostContext) -> HostMap:
         arena=arena_place(ctx),
         fix=fix,
         changes=changes,
+        pci_functions=ctx.pci_functions,
     )
 
 

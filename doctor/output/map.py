@@ -66,7 +66,7 @@ def _headline(host: HostMap) -> str:
     parts.append(_count(host.cpus, "CPU"))
     if host.memory_total:
         parts.append(f"{format_bytes(host.memory_total)} RAM")
-    parts.append(_gpus(host.gpus))
+    parts.append(_gpus(host.gpus) if host.pci_functions else "GPUs unknown (no PCI functions in the tree)")
     return "host: " + ", ".join(parts)
 
 
