@@ -44,7 +44,8 @@ def settings_yaml(config: EngineConfig) -> bytes:
     """The engine settings in effect, as the default config file of the replayed host.
 
     Written into every bundle so a replay sees the arena and unit the reporter gave with
-    ``--arena`` or ``--config`` (sizes in bytes: exact, and accepted by the parser).
+    ``--arena`` or ``--config`` (sizes in bytes: exact, and accepted by the parser), and
+    the opt-ins ``lock:`` and ``release_pool:`` where they are set.
     """
     lines = ["# Engine settings in effect when this bundle was written (strata-doctor report)."]
     values: List[Tuple[str, Any]] = [
@@ -57,6 +58,8 @@ def settings_yaml(config: EngineConfig) -> bytes:
             lines.append(f"{key}: {json.dumps(value) if isinstance(value, str) else value}")
     if config.lock:  # only when set: bundles of engines that do not lock stay as they were
         lines.append("lock: true")
+    if config.release_pool:  # the opt-in that lets fix give away a pool others may use
+        lines.append("release_pool: true")
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
