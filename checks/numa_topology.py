@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.facts.numa import NODE_DIR, UNREACHABLE, NumaNode
+from strata_doctor.facts.numa import DISTANCE_ABSENT, NODE_DIR, UNREACHABLE, NumaNode
 from strata_doctor.facts.parse import format_bytes, format_cpulist
 from strata_doctor.model import Evidence, Finding, Severity
 
@@ -28,7 +28,7 @@ class NumaTopology(Check):
     id = "numa-topology"
     title = "NUMA topology"
     findings = ("layout", "single-node", "no-numa", "memory-only-node", "memoryless-node",
-                "hidden-node", "firmware-quirk", "offline-cpus")
+                "hidden-node", "firmware-quirk", "no-distance", "offline-cpus")
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         numa = ctx.numa
@@ -52,6 +52,13 @@ class NumaTopology(Check):
             yield self._layout(ctx, evidence)
         yield from self._special_nodes(ctx)
         for quirk in numa.quirks:
+            if quirk.endswith(DISTANCE_ABSENT):
+                yield self.finding(
+                    "no-distance", Severity.INFO, f"{quirk}: its distances are unknown",
+                    detail="Distances come from the firmware's table (SLIT) through "
+                    "nodeN/distance; without the file no advice here rests on them.",
+                )
+                continue
             yield self.finding(
                 "firmware-quirk", Severity.WARNING, quirk,
                 detail="Binding advice rests on the firmware's distance table (SLIT); "
@@ -75,8 +82,11 @@ class NumaTopology(Check):
             row = " ".join(str(d) for _, d in node.distances)
             yield Evidence(
                 f"{NODE_DIR}/node{node.id}",
-                f"{node.cpus_source}={format_cpulist(node.all_cpus) or '(none)'} "
-                f"MemTotal={_memory(node.memory_total)} distance={row or '(none)'}",
+                # A folder with no cpulist, cpumap or cpuN link names no CPU file to quote.
+                f"{node.cpus_source if node.cpus_source != 'none' else 'cpus'}="
+                f"{format_cpulist(node.all_cpus) or '(none)'} "
+                f"MemTotal={_memory(node.memory_total).replace('memory unknown', 'unknown')} "
+                f"distance={row or '(none)'}",
             )
 
     def _layout(self, ctx: HostContext, evidence: tuple[Evidence, ...]) -> Finding:

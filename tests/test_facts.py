@@ -151,7 +151,14 @@ def test_missing_or_short_distance_rows_are_quirks(tmp_path: Path) -> None:
     assert numa.node(2) is not None and numa.node(2).distances == ()  # type: ignore[union-attr]
     assert any("node1: distance row has 1 entry for 3 known nodes (node0, node1, node2)" in q
                for q in numa.quirks)
-    assert any("node2: distance row is missing or empty" in q for q in numa.quirks)
+    assert "node2: the capture holds no distance file" in numa.quirks
+
+
+def test_an_empty_distance_row_is_the_kernels_and_an_absent_one_the_captures(tmp_path: Path) -> None:
+    files = {**node_files(0, "0-3", 1048576, "10 21"), **node_files(1, "4-7", 1048576, "")}
+    assert "node1: distance row is empty" in read_numa(build(tmp_path / "empty", files)).quirks
+    del files[f"{NODE}/node1/distance"]
+    assert "node1: the capture holds no distance file" in read_numa(build(tmp_path / "absent", files)).quirks
 
 
 def test_asymmetric_distances_are_a_quirk(tmp_path: Path) -> None:

@@ -194,7 +194,8 @@ def hidden_nodes(nodes: List[NumaNode], columns: List[int], states: Dict[str, Fr
     return found
 
 
-_RawNode = Tuple[int, FrozenSet[int], str, Dict[str, int], Tuple[str, ...]]
+_RawNode = Tuple[int, FrozenSet[int], str, Dict[str, int], Optional[Tuple[str, ...]]]
+"""(id, CPUs, their source, meminfo, the distance row's words or None when the file is absent)."""
 """A node's files as read: id, CPUs, where they came from, meminfo, the distance row's words."""
 _CpuStates = Tuple[FrozenSet[int], FrozenSet[int], str]
 """Online CPUs, offline CPUs, and where the offline ones came from."""
@@ -225,7 +226,8 @@ def _read_node(root: Root, node_id: int) -> _RawNode:
         cpumap = root.read(f"{base}/cpumap")
         cpus, source = (parse_cpumap(cpumap), "cpumap") if cpumap is not None else _cpu_links(root, base)
     meminfo = parse_meminfo(root.read(f"{base}/meminfo") or "")
-    words = tuple((root.read(f"{base}/distance") or "").replace("\0", "").split())
+    distance = root.read(f"{base}/distance")
+    words = None if distance is None else tuple(distance.replace("\0", "").split())
     return node_id, cpus, source, meminfo, words
 
 
@@ -237,13 +239,17 @@ def _cpu_links(root: Root, base: str) -> Tuple[FrozenSet[int], str]:
     return (cpus, "links") if cpus else (cpus, "none")
 
 
+DISTANCE_ABSENT = "the capture holds no distance file"
+"""The quirk's words for a node folder without ``distance``: a gap, not a firmware fault."""
+
+
 def _is_distance(word: str) -> bool:
     """Whether a word of a distance row is a distance: a whole number up to 255."""
     return is_uint(word) and int(word) <= UNREACHABLE
 
 
 def _pair_distances(
-    node_id: int, ids: List[int], words: Tuple[str, ...], quirks: List[str]
+    node_id: int, ids: List[int], words: Optional[Tuple[str, ...]], quirks: List[str]
 ) -> Tuple[Tuple[int, int], ...]:
     """(other node, distance) for each entry of the row that is a distance, ``ids`` being
     the node of each entry (:func:`distance_columns`); each oddity of the row (missing, the
@@ -251,8 +257,11 @@ def _pair_distances(
     distance is ever used, and kernels without a SLIT print 0 there: not a quirk."""
     single = len(ids) <= 1
     if not words:
+        # An absent file is the capture's gap (procfs' fixtures keep only vmstat), not the
+        # firmware's; an empty one is what the kernel printed.
         if not single:
-            quirks.append(f"node{node_id}: distance row is missing or empty")
+            quirks.append(f"node{node_id}: {DISTANCE_ABSENT}" if words is None
+                          else f"node{node_id}: distance row is empty")
         return ()
     if len(words) != len(ids):
         quirks.append(_length_quirk(node_id, len(words), ids))
