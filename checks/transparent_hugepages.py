@@ -6,12 +6,14 @@ from typing import Iterator, Optional, Tuple
 
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
-from strata_doctor.facts.hugepages import SYSCTL_KEY
+from strata_doctor.facts.hugepage_pools import size_dir_name
+from strata_doctor.facts.hugepages import SYSCTL_KEY, HugepageFacts, format_page_size
+from strata_doctor.facts.numa import NODE_DIR
 from strata_doctor.facts.parse import format_bytes, format_count
 from strata_doctor.facts.thp import THP_DIR, ThpFacts
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, RuntimeAction, Severity
 from strata_doctor.rules import thp as thp_rules
-from strata_doctor.rules.pool import PoolAssessment
+from strata_doctor.rules.pool import OtherSizes, PoolAssessment, other_sizes
 from strata_doctor.rules.thp import thp_case, thp_configured_on, thp_reliance
 
 STALLING_DEFRAG = ("always",)
@@ -65,15 +67,16 @@ class TransparentHugepages(Check):
         evidence = tuple(Evidence(path, text) for path, text in thp.raw)
         if thp.anon_huge_bytes is not None:
             evidence += (Evidence("/proc/meminfo", f"AnonHugePages={format_bytes(thp.anon_huge_bytes)}"),)
-        yield self._enabled(ctx, thp, a, evidence)
+        why, pools = self._why_thp(ctx, a)
+        yield self._enabled(ctx, thp, a, why, evidence + pools)
         defrag = self._defrag(thp, a)
         if defrag is not None:
             yield defrag
 
     def _enabled(
-        self, ctx: HostContext, thp: ThpFacts, a: PoolAssessment, evidence: Tuple[Evidence, ...],
+        self, ctx: HostContext, thp: ThpFacts, a: PoolAssessment, why: str,
+        evidence: Tuple[Evidence, ...],
     ) -> Finding:
-        why = self._why_thp(ctx, a)
         found = thp_case(thp, a.relies_on_thp)
         if found == "never":
             return self._never(ctx, thp, why, evidence)
@@ -143,14 +146,31 @@ class TransparentHugepages(Check):
             evidence=(Evidence(f"{THP_DIR}/defrag", thp.defrag or ""),),
         )
 
-    def _why_thp(self, ctx: HostContext, a: PoolAssessment) -> str:
+    def _why_thp(self, ctx: HostContext, a: PoolAssessment) -> Tuple[str, Tuple[Evidence, ...]]:
+        """Why the arena does or does not rely on THP, and the pools the words name."""
         reliance = thp_reliance(ctx.hugepages, a, lambda: ctx.trap_verdict)
         pending = reliance.pending
         if pending is not None and reliance.reason == thp_rules.FIX_WRITTEN:
             return (f"the pool's fix is written: {SYSCTL_KEY} = 0 in {pending.path}, so the "
-                    "engine runs on THP")
+                    "engine runs on THP"), ()
         if pending is not None:
             return (f"MAP_HUGETLB cannot get the arena's pages until {SYSCTL_KEY} = "
                     f"{format_count(pending.pages)} in {pending.path} takes effect; the engine "
-                    "falls back to THP until then")
-        return WHY_THP[reliance.reason]
+                    "falls back to THP until then"), ()
+        others = other_sizes(ctx.hugepages)
+        if reliance.reason == thp_rules.NO_POOL and others.bytes:
+            # The hugepages check counts these pools too: "no hugepage pool" beside them is false.
+            return (f"there is no pool of the default hugepage size, "
+                    f"{format_page_size(ctx.hugepages.page_size)}, so the engine (hugepages: auto) "
+                    "uses THP; MAP_HUGETLB without a size flag never draws on pools of other sizes "
+                    f"({others.text})"), _pool_evidence(ctx.hugepages, others)
+        return WHY_THP[reliance.reason], ()
+
+
+def _pool_evidence(facts: HugepageFacts, others: OtherSizes) -> Tuple[Evidence, ...]:
+    """The sysfs files behind the other sizes' counts, as the hugepages check shows them."""
+    evidence = tuple(Evidence(p.source, f"nr_hugepages={p.total} free_hugepages={p.free}")
+                     for p in others.pools)
+    return evidence + tuple(
+        Evidence(f"{NODE_DIR}/node{n.node}/hugepages/{size_dir_name(n.size)}",
+                 f"nr_hugepages={n.total} free_hugepages={n.free}") for n in others.nodes)
