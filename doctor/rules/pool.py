@@ -12,7 +12,8 @@ from strata_doctor.facts.parse import format_bytes, format_count
 
 def pool_words(pool: PagePool) -> str:
     """``24,000 2 MiB pages (46.88 GiB)``."""
-    return (f"{format_count(pool.total)} {format_page_size(pool.size)} pages "
+    pages = "page" if pool.total == 1 else "pages"
+    return (f"{format_count(pool.total)} {format_page_size(pool.size)} {pages} "
             f"({format_bytes(pool.total * pool.size)})")
 
 
