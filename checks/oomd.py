@@ -13,7 +13,7 @@ from strata_doctor.facts.parse import format_bytes, format_count
 from strata_doctor.fix.memory import move_to_system_service_fix, oomd_dropin_fix
 from strata_doctor.model import Evidence, Finding, Fix, Severity
 from strata_doctor.rules.memory import GpuPinned, MemoryProjection, gpu_pinned, project_memory
-from strata_doctor.rules.oomd import Exposure, restart_looping
+from strata_doctor.rules.oomd import Exposure, chain_break, restart_looping
 from strata_doctor.rules.pool import trap_in_effect
 from strata_doctor.rules.trap import CHAIN
 
@@ -153,7 +153,7 @@ class Oomd(Check):
     ) -> Finding:
         projection = self._projection(ctx)
         kills = facts.engine_kills()
-        looping = self._looping(facts)
+        looping = restart_looping(facts)
         reasons = self._reasons(facts, projection, kills, looping)
         severity = Severity.ERROR if reasons else Severity.WARNING
         summary = (f"systemd-oomd can kill {self._who(facts)}: it watches "
@@ -237,9 +237,9 @@ class Oomd(Check):
                if kills else ""),
             f"5. Restart loop: systemd restarts {facts.engine_unit} into the same trap"
             f"{self._restarts(facts)}.",
-            "Break the first link: vm.nr_hugepages = 0 (the fix of hugepages/trap) ends the chain; "
-            "ManagedOOMPreference=avoid (this finding's fix) keeps oomd off the engine under later "
-            "pressure. Never turn systemd-oomd off for the whole host.",
+            chain_break(ctx.hugepages, ctx.config, ctx.engine_pid).text + "; ManagedOOMPreference="
+            "avoid (this finding's fix) keeps oomd off the engine under later pressure. Never turn "
+            "systemd-oomd off for the whole host.",
         ]
         return self.finding("trap-chain", Severity.ERROR, summary, detail=" ".join(steps),
                             evidence=evidence, fix=self._fix(facts, "oomd/trap-chain"))
@@ -323,9 +323,6 @@ class Oomd(Check):
         if "auto-restart" in facts.active_state:
             bits.append(facts.active_state)
         return f" ({', '.join(bits)})" if bits else ""
-
-    def _looping(self, facts: OomdFacts) -> bool:
-        return restart_looping(facts)
 
     def _is_chain(self, ctx: HostContext) -> bool:
         """The fallback drives the watched engine into pressure that the pool's memory would

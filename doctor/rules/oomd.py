@@ -2,8 +2,11 @@
 
 from typing import NamedTuple, Optional, Tuple
 
+from strata_doctor.config import DEFAULT_CONFIG, EngineConfig
+from strata_doctor.facts.hugepages import HugepageFacts
 from strata_doctor.facts.oomd import OomdFacts
 from strata_doctor.facts.oomd_dump import Watched
+from strata_doctor.rules.pool_users import PoolUsers, other_pool_users
 
 
 # -- systemd-oomd ------------------------------------------------------------------------
@@ -59,3 +62,44 @@ def restart_looping(facts: OomdFacts) -> bool:
     """The engine's unit restarts after failures (NRestarts, Result=oom-kill, auto-restart)."""
     return bool(facts.n_restarts) or facts.result == "oom-kill" or "auto-restart" in facts.active_state \
         or facts.active_state.startswith(("failed", "activating"))
+
+
+# -- how the chain's first link breaks ------------------------------------------------------
+OPT_IN = "release_pool: true"
+"""The config line that lets ``fix`` release a pool others may use (hugepages' release)."""
+
+
+class ChainBreak(NamedTuple):
+    """How the trap chain's first link breaks: ``vm.nr_hugepages = 0``, the fix of
+    hugepages/trap, unless the pool's other users may need it and the config does not opt
+    in, where that fix leaves the pool alone (the hugepages check's own decision)."""
+
+    users: PoolUsers
+    """Everything but the engine that may use the default pool (rules.pool_users)."""
+    opted_in: bool
+    """The config says ``release_pool: true``."""
+    config: str
+    """The config file the opt-in goes in."""
+
+    @property
+    def by_hand(self) -> bool:
+        """Whether the pool's fix leaves it alone, so only the operator can break the link."""
+        return self.users.any and not self.opted_in
+
+    @property
+    def text(self) -> str:
+        """The detail's last step, as the hugepages fix will act."""
+        if not self.by_hand:
+            return "Break the first link: vm.nr_hugepages = 0 (the fix of hugepages/trap) ends the chain"
+        return ("Break the first link by hand: the fix of hugepages/trap leaves the pool alone, "
+                f"as other programs may need it: {self.users.text}. Move them off the pool or "
+                "shrink it to what they need, or, once sure none needs it, add "
+                f"`{OPT_IN}` to {self.config} and run `strata-doctor fix` again, which then sets "
+                "vm.nr_hugepages = 0 and ends the chain")
+
+
+def chain_break(facts: HugepageFacts, config: EngineConfig, engine_pid: Optional[int]) -> ChainBreak:
+    """How the chain's first link breaks: the default pool's other users and the opt-in, as
+    the hugepages check weighs them before its fix gives the pool away."""
+    users = other_pool_users(facts, facts.page_size, engine_pid, config.unit)
+    return ChainBreak(users, config.release_pool, config.source or DEFAULT_CONFIG)
