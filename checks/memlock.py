@@ -8,12 +8,18 @@ from strata_doctor.check import Check
 from strata_doctor.context import HostContext
 from strata_doctor.facts.cgroup import DOCKER_MEMLOCK, Limit, parse_systemd_bytes
 from strata_doctor.facts.parse import format_bytes
+from strata_doctor.facts.systemd_seen import RUN_DIR
 from strata_doctor.fix.limits import memlock_fix
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
 from strata_doctor.rules.limits import LOCKED_NOW, PINNED_NOW, MemlockNeed, memlock_need
 
 SYSTEMD_DEFAULT = 8 * 1024**2
 """systemd's own ``DefaultLimitMEMLOCK`` since version 253 (and the kernel's since 5.16)."""
+
+NOT_CHARGED_DETAIL = (
+    "The kernel charges the limit only for mlock() and vfio's pinning (VmLck) and for RDMA "
+    "registration (VmPin); NVIDIA's driver pins registered host memory without charging it. With "
+    "`lock: true` the engine mlocks arena + K/V, and the limit must then hold them.")
 
 
 class Memlock(Check):
@@ -30,14 +36,16 @@ class Memlock(Check):
     ``VmPin`` already covers arena + K/V; otherwise the finding says so and why, with
     ``VmLck`` and ``VmPin`` against the limit. The limit is the running engine's ``Max
     locked memory`` in ``/proc/PID/limits``; for a stopped engine its unit's
-    ``LimitMEMLOCK=``, else systemd's ``DefaultLimitMEMLOCK=`` (8 MiB by default). Docker's
-    default is 8 MiB as well. The fix is ``LimitMEMLOCK=infinity`` in a drop-in of the
-    engine's unit; in a container, ``--ulimit memlock=-1:-1``.
+    ``LimitMEMLOCK=``, else systemd's ``DefaultLimitMEMLOCK=`` (8 MiB by default) where the
+    tree shows systemd at all (``ctx.systemd_seen``). Docker's default is 8 MiB as well.
+    Elsewhere the limit is unknown, and the finding names the files that would show it. The
+    fix is ``LimitMEMLOCK=infinity`` in a drop-in of the engine's unit; in a container,
+    ``--ulimit memlock=-1:-1``.
     """
 
     id = "memlock"
     title = "Locked-memory limit"
-    findings = ("too-low", "configured", "ok", "not-charged")
+    findings = ("too-low", "configured", "ok", "not-charged", "unknown-limit")
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if ctx.config.lock and ctx.config.pinned_bytes is None:
@@ -48,6 +56,9 @@ class Memlock(Check):
         limits = ctx.engine_limits
         need = memlock_need(ctx.config.lock, ctx.config.pinned_bytes, limits.locked, limits.pinned)
         limit, configured = self._limit(ctx)
+        if limit is None:
+            yield self._unknown(ctx, need)
+            return
         evidence = self._evidence(ctx, limit)
         if not need.arena_charged:
             yield self._not_charged(ctx, limit, evidence)
@@ -78,11 +89,31 @@ class Memlock(Check):
             f"the arena is not charged to the limit: no `lock: true` (no mlock), and pinning for a "
             f"GPU (cudaHostRegister) is not charged; the engine may lock {_shown(limit)} "
             f"({limit.text}){now}",
-            detail="The kernel charges the limit only for mlock() and vfio's pinning (VmLck) and for "
-            "RDMA registration (VmPin); NVIDIA's driver pins registered host memory without charging "
-            "it. With "
-            "`lock: true` the engine mlocks arena + K/V, and the limit must then hold them.",
-            evidence=evidence)
+            detail=NOT_CHARGED_DETAIL, evidence=evidence)
+
+    def _unknown(self, ctx: HostContext, need: MemlockNeed) -> Finding:
+        """No limit to quote: the engine's own limits are not in the tree, and nothing shows
+        the systemd whose default it would get."""
+        missing = (f"no /proc/{ctx.engine_pid}/limits of the running engine"
+                   if ctx.engine_pid is not None else "no /proc/PID/limits of a running engine")
+        where = (f"the limit the engine gets is not in the tree, which shows no systemd and {missing} "
+                 "(that file says it; for an engine started from a login shell, "
+                 "/etc/security/limits.conf sets it)")
+        evidence = self._evidence(ctx, None)
+        if not need.arena_charged:
+            return self.finding(  # whatever the limit is, it does not bind the arena
+                "not-charged", Severity.OK,
+                f"the arena is not charged to the limit: no `lock: true` (no mlock), and pinning for a "
+                f"GPU (cudaHostRegister) is not charged; {where}",
+                detail=NOT_CHARGED_DETAIL, evidence=evidence)
+        return self.finding(
+            "unknown-limit", Severity.WARNING,
+            f"{self._why(ctx, need)}, so the limit must hold arena + K/V ({format_bytes(need.need)}), "
+            f"but {where}",
+            detail="mlock() past RLIMIT_MEMLOCK fails with ENOMEM (EPERM with a limit of 0): the "
+            "engine then stops at load or runs with its arena unlocked.",
+            evidence=evidence,
+            fix=self._fix(ctx, format_bytes(need.need), "unknown"))
 
     def _too_low(self, ctx: HostContext, need: MemlockNeed, limit: Limit,
                  evidence: Tuple[Evidence, ...]) -> Finding:
@@ -101,9 +132,12 @@ class Memlock(Check):
             fix=self._fix(ctx, format_bytes(pinned), f"{format_bytes(limit.value)} ({limit.text})"),
         )
 
-    def _evidence(self, ctx: HostContext, limit: Limit) -> Tuple[Evidence, ...]:
+    def _evidence(self, ctx: HostContext, limit: Optional[Limit]) -> Tuple[Evidence, ...]:
         limits = ctx.engine_limits
-        evidence = [Evidence(limit.source, limit.text)]
+        evidence = [Evidence(limit.source, limit.text)] if limit is not None else [
+            Evidence(f"/proc/{ctx.engine_pid}/limits" if ctx.engine_pid is not None else
+                     "/proc/PID/limits", "missing"),
+            Evidence(RUN_DIR, "missing (no systemctl output, unit file or systemd as PID 1 either)")]
         if ctx.engine_pid is not None:
             locked = f"VmLck {format_bytes(limits.locked)}, VmPin {format_bytes(limits.pinned)}"
             evidence.append(Evidence(f"/proc/{ctx.engine_pid}/status", locked))
@@ -119,8 +153,9 @@ class Memlock(Check):
             return f"the running engine has {format_bytes(limits.pinned)} pinned against the limit (VmPin)"
         return "the config says `lock: true`"
 
-    def _limit(self, ctx: HostContext) -> Tuple[Limit, Optional[Limit]]:
-        """(the limit in effect, the unit's configured limit when the engine runs under an older one)."""
+    def _limit(self, ctx: HostContext) -> Tuple[Optional[Limit], Optional[Limit]]:
+        """(the limit in effect, the unit's configured limit when the engine runs under an older
+        one); the limit is None when the tree shows neither it nor a systemd to default it."""
         limits = ctx.engine_limits
         configured: Optional[Limit] = None
         setting = limits.setting("LimitMEMLOCK")
@@ -137,6 +172,8 @@ class Memlock(Check):
             return Limit(d.value, f"DefaultLimitMEMLOCK={d.text}", d.source), None
         if limits.container == "docker":
             return Limit(DOCKER_MEMLOCK, "Docker's default", "docker run"), None
+        if not ctx.systemd_seen.seen:
+            return None, None
         return Limit(SYSTEMD_DEFAULT, "systemd's default DefaultLimitMEMLOCK=8M",
                      f"{ctx.config.unit} (no LimitMEMLOCK=)"), None
 

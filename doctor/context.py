@@ -41,6 +41,7 @@ from strata_doctor.facts.pagecache import NodeCache, read_node_cache
 from strata_doctor.facts.parse import format_cpulist
 from strata_doctor.facts.processes import ProcessInfo, find_engine_pid, read_processes, read_uptime
 from strata_doctor.facts.saved_probe import SAVED_PATH, SavedProbe, read_saved
+from strata_doctor.facts.systemd_seen import SystemdSeen, read_systemd_seen
 from strata_doctor.facts.thp import ThpFacts, read_thp
 from strata_doctor.facts.units import RESERVED_UNITS, unit_settings
 from strata_doctor.root import Root
@@ -166,6 +167,11 @@ class HostContext:
     def systemd(self) -> SystemdSupport:
         """systemd's version and cgroup mode: which unit settings this host understands."""
         return read_systemd_support(self.root, self.unit)
+
+    @cached_property
+    def systemd_seen(self) -> SystemdSeen:
+        """What in the tree shows systemd: systemctl, the unit's files, /run/systemd/system, PID 1."""
+        return read_systemd_seen(self.root, self.systemd.present, self.configured_binding.files)
 
     @cached_property
     def engine_exec_start(self) -> Optional[str]:
