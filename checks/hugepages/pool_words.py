@@ -152,7 +152,7 @@ class DefaultPoolWords(Check):
         taken = a.taken
         held = (f"{format_count(taken)} of its pages are taken ({self._takers(facts, pool, taken)}), so "
                 f"{format_count(pool.free)} are free") if taken else \
-            f"None of its pages are taken: all {format_count(pool.free)} are free"
+            f"No page of it is taken: all {format_count(pool.free)} are free"
         return (
             f"{SYSCTL_KEY} = {format_count(pool.total)} sets aside "
             f"{format_bytes(pool.total * pool.size)} for MAP_HUGETLB. {held}"
