@@ -8,11 +8,12 @@ from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
 from strata_doctor.facts.engine import SYSTEMD_VERSION, unit_command
 from strata_doctor.facts.numa import UNREACHABLE, NumaNode
-from strata_doctor.facts.parse import format_cpulist
+from strata_doctor.facts.parse import format_cpulist, parse_cpulist
 from strata_doctor.facts.saved_probe import Remote, SavedProbe, remote_reads
 from strata_doctor.fix.binding import binding_fix_for
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.rules.binding import BindingPlan, BindingState, numactl_line
+from strata_doctor.rules.isolation import service_cpus
 
 
 class NumaBinding(Check):
@@ -28,7 +29,11 @@ class NumaBinding(Check):
     AllowedCPUs, MainPID), its unit files and drop-ins on disk (what is configured but not
     yet in effect), and the running engine's ``/proc/PID/status`` and ``numa_maps``.
     Recommends ``numactl --preferred=N --cpunodebind=N``, never ``--membind`` (a bound
-    allocation fails hard when the node fills). When the arena does not fit a sub-node
+    allocation fails hard when the node fills); ``--physcpubind=`` with the plan's CPUs when
+    the plan leaves isolated CPUs of the node out. The detail counts the CPUs the engine
+    starts on without the binding: the running engine's allowed CPUs, its unit's own
+    ``CPUAffinity=``, else those systemd gives every service (isolation and
+    ``systemd.cpu_affinity=`` narrow them). When the arena does not fit a sub-node
     (SNC/NPS), the socket's nodes are used with preferred-many (Linux 5.15+) or
     interleave. Silence with ``--ignore numa-binding`` or ``numa: off`` in the config.
     ``numa: N`` binds to node N instead, and the findings call it the chosen node.
@@ -68,7 +73,7 @@ class NumaBinding(Check):
             yield fenced
             return
         evidence = tuple(Evidence(s, v) for s, v in state.evidence)
-        line = numactl_line(plan.mem_nodes, plan.cpu_nodes, plan.policy)
+        line = numactl_line(plan)
         if state.effective:
             yield self.finding(
                 "bound", Severity.OK,
@@ -143,19 +148,16 @@ class NumaBinding(Check):
         self, ctx: HostContext, plan: BindingPlan, state: BindingState, line: str,
         evidence: tuple[Evidence, ...],
     ) -> Finding:
-        all_cpus = ctx.numa.online_cpus
         saved = ctx.saved_probe  # `strata-doctor probe --save`: measured beats the SLIT table
         measured = _measured(saved, ctx.target_node)
         cost = _remote_cost(_distance_ratio(ctx, plan), measured)
+        start = _start_cpus(ctx)
+        lead = "Without the plan's binding" if state.wrong else "Without a binding"
         detail = (
-            f"Without a binding, first-touch spreads the arena over every node and the pool's "
-            f"threads run on all {len(all_cpus)} CPUs, so reads from the far node cost "
-            f"{cost.penalty}. "
-            f"Binding keeps {ctx.cpu.cores_in(plan.cpus)} of {ctx.cpu.cores_in(frozenset(all_cpus))} "
-            f"cores ({len(plan.cpus)} of "
-            f"{len(all_cpus)} CPUs: {format_cpulist(plan.cpus)}) and is still faster, because every "
-            f"expert read is local. Use --preferred, never --membind: a bound allocation fails "
-            f"hard when the node fills, a preferred one spills."
+            f"{lead}, first-touch {_first_touch(ctx, start.cpus)} and the pool's threads run on "
+            f"{start.text}, so reads from the far node cost {cost.penalty}. "
+            f"{_binding_keeps(ctx, plan, start.cpus)} Use --preferred, never --membind: a bound "
+            "allocation fails hard when the node fills, a preferred one spills."
         )
         if saved:
             detail += _measured_note(saved, measured, ctx.target_node)
@@ -169,6 +171,52 @@ class NumaBinding(Check):
             _unbound_summary(ctx, state, cost, line),
             detail=detail + _plan_notes(ctx, plan, state), evidence=evidence, fix=binding_fix_for(ctx, plan),
         )
+
+
+class StartCpus(NamedTuple):
+    """The CPUs the engine runs on without the plan's binding, and those words."""
+
+    cpus: FrozenSet[int]
+    text: str
+    """``all 80 CPUs``, ``the 6 of 80 CPUs systemd starts every service on (5-10)``."""
+
+
+def _start_cpus(ctx: HostContext) -> StartCpus:
+    """Where the engine's threads run unbound: the running engine's allowed CPUs, else its
+    unit's own affinity, else the CPUs a unit without one starts on (isolated CPUs and
+    systemd's CPUAffinity= left out: rules.isolation.service_cpus)."""
+    online = ctx.numa.online_cpus
+    proc = ctx.engine_process
+    own = ctx.engine_cpu_setting
+    if proc is not None and proc.cpus_allowed:
+        cpus, whose = proc.cpus_allowed & online or proc.cpus_allowed, "it may use"
+    elif own is not None:
+        cpus, whose = parse_cpulist(",".join(own.partition("=")[2].split())) & online, f"its {own} names"
+    else:
+        cpus, whose = service_cpus(ctx.cpu_isolation, online), "systemd starts every service on"
+    if not cpus or cpus >= online:
+        return StartCpus(frozenset(online), f"all {len(online)} CPUs")
+    return StartCpus(cpus, f"the {len(cpus)} of {len(online)} CPUs {whose} ({format_cpulist(cpus)})")
+
+
+def _first_touch(ctx: HostContext, cpus: FrozenSet[int]) -> str:
+    """Where first-touch puts the arena: on the nodes of the CPUs its threads run on."""
+    nodes = [n.id for n in ctx.numa.cpu_nodes if n.cpus & cpus]
+    if len(nodes) == len(ctx.numa.cpu_nodes):
+        return "spreads the arena over every node"
+    if len(nodes) == 1:
+        return f"puts the arena on node {nodes[0]}"
+    return f"spreads the arena over nodes {','.join(map(str, nodes))}"
+
+
+def _binding_keeps(ctx: HostContext, plan: BindingPlan, start: FrozenSet[int]) -> str:
+    """What binding gives the pool, against the CPUs it runs on unbound."""
+    cores, planned = ctx.cpu.cores_in(plan.cpus), format_cpulist(plan.cpus)
+    if len(plan.cpus) < len(start):
+        return (f"Binding keeps {cores} of {ctx.cpu.cores_in(start)} cores ({len(plan.cpus)} of "
+                f"{len(start)} CPUs: {planned}) and is still faster, because every expert read is local.")
+    return (f"Binding runs it on {cores} cores ({len(plan.cpus)} CPUs: {planned}), where every "
+            "expert read is local.")
 
 
 class RemoteCost(NamedTuple):

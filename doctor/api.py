@@ -34,13 +34,15 @@ class NumaPlan:
     nodes: Tuple[int, ...]
     """Memory nodes for the arena (``--preferred``/``NUMAMask``); empty when not binding."""
     cpu_nodes: Tuple[int, ...]
-    """Nodes whose CPUs run the expert pool (``--cpunodebind``); empty when not binding."""
+    """Nodes whose CPUs run the expert pool; empty when not binding."""
     cpus: Tuple[int, ...]
-    """Online CPUs of ``cpu_nodes``, sorted; empty when not binding."""
+    """The online CPUs of ``cpu_nodes`` the pool runs on, sorted (less the isolated ones
+    when the nodes have others); empty when not binding."""
     policy: str
     """``preferred``, ``preferred-many``, ``interleave``, or ``none`` (no binding)."""
     numactl: Tuple[str, ...]
-    """The launcher prefix as words, e.g. ``("numactl", "--preferred=1", "--cpunodebind=1")``;
+    """The launcher prefix as words, e.g. ``("numactl", "--preferred=1", "--cpunodebind=1")``,
+    or ``--physcpubind=`` with ``cpus`` when the plan leaves isolated CPUs of the nodes out;
     empty for ``numa="off"``, single-node hosts and hosts without a known GPU node."""
     reasons: Tuple[str, ...]
     """One line per decision, for logs."""
@@ -88,7 +90,7 @@ def plan_binding(
     try:
         config = apply_settings(EngineConfig(), settings, "plan_binding")
         ctx = HostContext(Root(root), config)
-        return plan_for_context(ctx)
+        return plan_for_context(ctx, choose="pass numa=<node>")
     except (ConfigError, GpuChoiceError) as exc:
         raise PlanError(str(exc)) from None
 
@@ -101,8 +103,10 @@ def _size(value: Size) -> Optional[str]:
     return str(value)
 
 
-def plan_for_context(ctx: HostContext) -> NumaPlan:
-    """The plan for an already opened host (what ``strata-doctor numa-plan`` prints)."""
+def plan_for_context(ctx: HostContext, choose: str = "set `numa: <node>` in the config") -> NumaPlan:
+    """The plan for an already opened host (what ``strata-doctor numa-plan`` and ``map``
+    print). ``choose`` says how this caller picks a node where there is no target: the
+    config's ``numa:`` for the commands, ``numa=`` for :func:`plan_binding`."""
     from strata_doctor.rules.binding import numactl_line
 
     placement = ctx.placement
@@ -115,7 +119,7 @@ def plan_for_context(ctx: HostContext) -> NumaPlan:
     reasons = [_target_reason(ctx, gpu, gpu_node)]
     plan = ctx.binding_plan if numa != "off" else None
     if plan is None:
-        reasons.append("no binding: " + _why_none(ctx))
+        reasons.append("no binding: " + _why_none(ctx, choose))
         return NumaPlan(None, (), (), (), "none", (), tuple(reasons), gpu, gpu_node)
     reasons.extend(plan.reasons)
     reasons.append(
@@ -129,7 +133,7 @@ def plan_for_context(ctx: HostContext) -> NumaPlan:
         cpu_nodes=tuple(sorted(plan.cpu_nodes)),
         cpus=tuple(sorted(plan.cpus)),
         policy=plan.policy,
-        numactl=tuple(numactl_line(plan.mem_nodes, plan.cpu_nodes, plan.policy).split()),
+        numactl=tuple(numactl_line(plan).split()),
         reasons=tuple(reasons),
         gpu=gpu,
         gpu_node=gpu_node,
@@ -150,9 +154,9 @@ def _target_reason(ctx: HostContext, gpu: Optional[str], gpu_node: Optional[int]
     return f"the compute GPU {gpu} is on node {gpu_node} (from {source})"
 
 
-def _why_none(ctx: HostContext) -> str:
+def _why_none(ctx: HostContext, choose: str) -> str:
     if ctx.config.numa == "off":
         return "asked for with numa=off"
     if len(ctx.numa.cpu_nodes) < 2:
         return "this host has one NUMA node with CPUs, so there is nothing to bind"
-    return "no target node (no GPU, or its node is unknown); pass numa=<node> to choose one"
+    return f"no target node (no GPU, or its node is unknown); {choose} to choose one"

@@ -1,8 +1,9 @@
 """``strata-doctor numa-plan``: the binding a launcher should use, as text, JSON or a prefix.
 
 ``$(strata-doctor numa-plan --format shell) python serve/server.py ...`` runs the engine
-under ``numactl --preferred=N --cpunodebind=N`` on a multi-node host, and unchanged where
-there is nothing to bind (``--numa off``, one node, no GPU).
+under ``numactl --preferred=N --cpunodebind=N`` on a multi-node host (``--physcpubind=`` with
+the plan's CPUs where it leaves isolated CPUs out), and unchanged where there is nothing
+to bind (``--numa off``, one node, no GPU).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def numa_plan_command(numa: Optional[str], fmt: str, **kwargs: Any) -> None:
     if numa is not None:
         ctx = HostContext(root, ctx.config._replace(numa=numa))
     try:
-        plan = plan_for_context(ctx)
+        plan = plan_for_context(ctx, choose="pass --numa <node> or set `numa: <node>` in the config")
     except PlanError as exc:
         raise UsageFailure(str(exc)) from None
     if fmt == "shell":

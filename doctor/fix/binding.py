@@ -144,7 +144,7 @@ def binding_fix_for(ctx: "HostContext", plan: BindingPlan) -> Fix:
     cpus = plan.cpus & ctx.numa.online_cpus if ctx.numa.online_cpus else plan.cpus
     exec_start = None if support.numa_policy else ctx.engine_exec_start
     return binding_fix(ctx.config.unit, plan.mem_nodes, plan.cpu_nodes, cpus, plan.policy, support,
-                       exec_start, bool(plan.isolated_out))
+                       exec_start, plan.pins_cpus)
 
 
 def reserve_node_fix(ctx: "HostContext", plan: BindingPlan, finding: str) -> Tuple[Optional[Fix], str]:

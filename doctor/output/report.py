@@ -259,7 +259,7 @@ def engine_line(ctx: HostContext) -> EngineLine:
     plan, state = ctx.binding_plan, ctx.binding_state
     planned = configured = effective = None
     if plan is not None and state is not None:
-        planned = numactl_line(plan.mem_nodes, plan.cpu_nodes, plan.policy)
+        planned = numactl_line(plan)
         configured, effective = state.configured, state.effective
     unit = ctx.unit
     unit_state = (f"{unit.get('ActiveState') or '?'}/{unit.get('SubState') or '?'}"

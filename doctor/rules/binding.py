@@ -35,6 +35,12 @@ class BindingPlan(NamedTuple):
         """Memory nodes as a comma list."""
         return ",".join(str(n) for n in sorted(self.mem_nodes))
 
+    @property
+    def pins_cpus(self) -> bool:
+        """Whether the engine is bound to ``cpus`` rather than to its nodes: the plan left
+        isolated CPUs of the nodes out, which ``--cpunodebind=`` would give back."""
+        return bool(self.isolated_out)
+
 
 def socket_siblings(numa: NumaFacts, node: NumaNode) -> FrozenSet[int]:
     """CPU nodes at sub-node distance from ``node`` (SNC/NPS), including itself."""
@@ -166,9 +172,14 @@ def cpus_of(numa: NumaFacts, nodes: FrozenSet[int]) -> FrozenSet[int]:
     return frozenset().union(*(n.cpus for n in numa.nodes if n.id in nodes))
 
 
-def numactl_line(mem_nodes: FrozenSet[int], cpu_nodes: FrozenSet[int], policy: str) -> str:
-    """The numactl prefix for a binding, e.g. ``numactl --preferred=1 --cpunodebind=1``."""
-    return f"numactl --{policy}={node_list(mem_nodes)} --cpunodebind={node_list(cpu_nodes)}"
+def numactl_line(plan: BindingPlan) -> str:
+    """The numactl prefix that binds as the plan does, e.g. ``numactl --preferred=1
+    --cpunodebind=1``; ``--physcpubind=`` with the plan's CPUs when it leaves isolated CPUs
+    of its nodes out (:attr:`BindingPlan.pins_cpus`). Every line a user is told to run
+    comes from here."""
+    cpus = (f"--physcpubind={format_cpulist(plan.cpus)}" if plan.pins_cpus
+            else f"--cpunodebind={node_list(plan.cpu_nodes)}")
+    return f"numactl --{plan.policy}={node_list(plan.mem_nodes)} {cpus}"
 
 
 def node_list(nodes: FrozenSet[int]) -> str:
