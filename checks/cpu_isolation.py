@@ -98,10 +98,12 @@ class CpuIsolation(Check):
         iso = facts.cmdline.isolcpus if facts.cmdline is not None else None
         assert iso is not None  # _irq_only() ruled this out
         cpus = iso.cpus & verdict.planned
+        named = (f"all {len(cpus)} of {_place(verdict.where)} CPUs, which it names,"
+                 if cpus == verdict.planned else
+                 f"the {len(cpus)} of {_place(verdict.where)} {len(verdict.planned)} CPUs it names")
         return self.finding(
             "managed-irq-only", Severity.INFO,
-            f"{iso.word} has no domain flag: the {len(cpus)} of {_place(verdict.where)} "
-            f"{len(verdict.planned)} CPUs it names stay in the scheduler's balancing, and only "
+            f"{iso.word} has no domain flag: {named} stay in the scheduler's balancing, and only "
             "managed interrupts move off them",
             detail="isolcpus= takes CPUs out of the scheduler's domains only with the `domain` "
             "flag, or with no flag at all (kernel/sched/isolation.c); `managed_irq` and `nohz` "
