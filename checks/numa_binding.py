@@ -191,7 +191,8 @@ def _start_cpus(ctx: HostContext) -> StartCpus:
     if proc is not None and proc.cpus_allowed:
         cpus, whose = proc.cpus_allowed & online or proc.cpus_allowed, "it may use"
     elif own is not None:
-        cpus, whose = parse_cpulist(",".join(own.partition("=")[2].split())) & online, f"its {own} names"
+        own_cpus = parse_cpulist(",".join(own.partition("=")[2].split()))  # systemd: "0 1 4-7"
+        cpus, whose = own_cpus & online, f"its unit's {own} names"
     else:
         cpus, whose = service_cpus(ctx.cpu_isolation, online), "systemd starts every service on"
     if not cpus or cpus >= online:
