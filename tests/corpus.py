@@ -250,6 +250,8 @@ class LstopoView:
     """PCI bus id -> (pci_type, nodeset of the object it hangs from)."""
     pus: FrozenSet[int] = frozenset()
     """The os indexes of the PUs (logical CPUs) lstopo found."""
+    cores: int = 0
+    """How many Core objects lstopo made (0 when the tree tells it no core)."""
 
 
 def run_lstopo(root: Path, keep_gpu_nodes: bool, disallowed: bool = True) -> LstopoView:
@@ -274,8 +276,11 @@ def run_lstopo(root: Path, keep_gpu_nodes: bool, disallowed: bool = True) -> Lst
     nodes: Dict[int, Tuple[FrozenSet[int], Optional[int]]] = {}
     pci: Dict[str, Tuple[str, FrozenSet[int]]] = {}
     pus: Set[int] = set()
+    cores = 0
     for obj in tree.iter("object"):
-        if obj.get("type") == "PU":
+        if obj.get("type") == "Core":
+            cores += 1
+        elif obj.get("type") == "PU":
             pus.add(int(obj.get("os_index", "-1")))
         elif obj.get("type") == "NUMANode":
             memory = int(obj.get("local_memory") or 0) or None
@@ -293,7 +298,7 @@ def run_lstopo(root: Path, keep_gpu_nodes: bool, disallowed: bool = True) -> Lst
         values = [int(x) for part in matrix.findall("u64values") for x in (part.text or "").split()]
         assert len(values) == len(ids) ** 2, "lstopo's distance matrix is not square"
         distances = {a: {b: values[i * len(ids) + j] for j, b in enumerate(ids)} for i, a in enumerate(ids)}
-    return LstopoView(nodes, distances, pci, frozenset(pus))
+    return LstopoView(nodes, distances, pci, frozenset(pus), cores)
 
 
 # -- the session's corpus ------------------------------------------------------------------------

@@ -228,7 +228,8 @@ def _sysfs_topology(root: Root, folders: List[int]) -> Topology:
         core = parse_int(root.read(f"{CPU_DIR}/cpu{cpu}/topology/core_id"))
         if pkg is not None and pkg >= 0:
             package_of[cpu] = pkg
-            core_of[cpu] = (pkg, core if core is not None else cpu)
+            if core is not None:  # without core_id the core is unknown, not the CPU's own
+                core_of[cpu] = (pkg, core)
     return package_of, core_of
 
 
