@@ -185,7 +185,8 @@ def _start_cpus(ctx: HostContext) -> StartCpus:
     """Where the engine's threads run unbound: the running engine's allowed CPUs, else its
     unit's own affinity, else the CPUs a unit without one starts on (isolated CPUs and
     systemd's CPUAffinity= left out: rules.isolation.service_cpus)."""
-    online = ctx.numa.online_cpus
+    # a tree without cpu/online still lists its nodes' CPUs
+    online = ctx.numa.online_cpus or frozenset().union(*(n.cpus for n in ctx.numa.cpu_nodes))
     proc = ctx.engine_process
     own = ctx.engine_cpu_setting
     if proc is not None and proc.cpus_allowed:
