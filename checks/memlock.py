@@ -96,7 +96,8 @@ class Memlock(Check):
         the systemd whose default it would get."""
         missing = (f"no /proc/{ctx.engine_pid}/limits of the running engine"
                    if ctx.engine_pid is not None else "no /proc/PID/limits of a running engine")
-        where = (f"the limit the engine gets is not in the tree, which shows no systemd and {missing} "
+        # "may lock ...", as the summaries with a known limit say it: one shape per finding
+        where = (f"the engine may lock an amount the tree does not show: it has no systemd and {missing} "
                  "(that file says it; for an engine started from a login shell, "
                  "/etc/security/limits.conf sets it)")
         evidence = self._evidence(ctx, None)

@@ -54,7 +54,7 @@ def test_without_systemd_the_limit_is_unknown_and_not_systemds_default(tmp_path:
     assert [f.id for f in found] == ["not-charged"] and found[0].severity is Severity.OK
     summary = found[0].summary
     assert "systemd's default" not in summary and "8.00 MiB" not in summary and "None" not in summary
-    assert "the limit the engine gets is not in the tree" in summary
+    assert "the engine may lock an amount the tree does not show" in summary
     assert "/proc/PID/limits" in summary and "/etc/security/limits.conf" in summary
     assert ("/run/systemd/system", "missing (no systemctl output, unit file or systemd as PID 1 either)") \
         in [(e.source, e.value) for e in found[0].evidence]
@@ -66,8 +66,8 @@ def test_lock_true_without_systemd_warns_that_the_limit_is_unknown(tmp_path: Pat
     f = found[0]
     assert f.severity is Severity.WARNING
     assert f.summary.startswith("the config says `lock: true`, so the limit must hold arena + K/V "
-                                "(42.00 GiB), but the limit the engine gets is not in the tree, which "
-                                "shows no systemd and no /proc/PID/limits of a running engine")
+                                "(42.00 GiB), but the engine may lock an amount the tree does not "
+                                "show: it has no systemd and no /proc/PID/limits of a running engine")
     # no systemd to write a drop-in for: the advice is the shell's or the container's ulimit
     assert f.fix is not None and not f.fix.files and "ulimit -l unlimited" in f.fix.manual[0].text
 
@@ -99,4 +99,4 @@ def test_a_running_engines_own_limit_needs_no_systemd(tmp_path: Path) -> None:
 def test_sparse_fixture_hosts_quote_no_systemd_default(host: str) -> None:
     found = run_check(Memlock(), HOSTS / host, CONFIG)
     assert "systemd's default" not in found[0].summary
-    assert "the limit the engine gets is not in the tree" in found[0].summary
+    assert "the engine may lock an amount the tree does not show" in found[0].summary
