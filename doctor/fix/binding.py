@@ -101,12 +101,11 @@ def binding_fix(
                 allowed_cpus=support.allowed_cpus,
             ),
         )
-        allowed = ", AllowedCPUs" if support.allowed_cpus else \
-            " (no AllowedCPUs=: it needs systemd 244+ and cgroup v2)"
+        affinity = (f"CPUAffinity, AllowedCPUs={cpu_text}" if support.allowed_cpus else
+                    f"CPUAffinity={cpu_text} (no AllowedCPUs=: it needs systemd 244+ and cgroup v2)")
         return Fix(
             summary=f"bind {unit} to node(s) {nodes}: NUMAPolicy={numa_policy} NUMAMask={nodes}, "
-            f"CPUAffinity{allowed}={cpu_text} [{support.described}]; {WRAPPER} for engines "
-            "started by hand",
+            f"{affinity} [{support.described}]; {WRAPPER} for engines started by hand",
             files=(dropin, wrapper),
             actions=(reload, restart),
         )

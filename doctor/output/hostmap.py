@@ -31,8 +31,8 @@ class MapNode(NamedTuple):
     or when the CPU topology is unknown."""
     cpus: FrozenSet[int]
     """Online CPUs."""
-    cores: int
-    """Physical cores among them."""
+    cores: Optional[int]
+    """Physical cores among them; None when the tree shows no core."""
     memory_total: Optional[int]
     """MemTotal in bytes; None when the node has no meminfo."""
     memory_free: Optional[int]
@@ -209,7 +209,7 @@ def map_nodes(ctx: HostContext, plan: NumaPlan) -> List[MapNode]:
             id=node.id,
             socket=next(iter(packages)) if len(packages) == 1 else None,
             cpus=node.cpus,
-            cores=cpu.cores_in(node.cpus) if node.cpus else 0,
+            cores=cpu.core_count(node.cpus) if node.cpus else 0,
             memory_total=node.memory_total,
             memory_free=node.memory_free,
             memory_only=node.memory_only,

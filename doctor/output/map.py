@@ -151,7 +151,8 @@ def _planned_here(host: HostMap, node: MapNode) -> List[str]:
 
 
 def _cores(node: MapNode) -> str:
-    return f"{_count(node.cores, 'core')}, {_count(len(node.cpus), 'thread')}"
+    cores = "cores unknown" if node.cores is None else _count(node.cores, "core")
+    return f"{cores}, {_count(len(node.cpus), 'thread')}"
 
 
 def _roles(gpu: MapGpu) -> List[str]:

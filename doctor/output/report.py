@@ -43,6 +43,7 @@ from strata_doctor.output.text import EXIT_CRASH, EXIT_READY
 from strata_doctor.root import Root
 from strata_doctor.rules.binding import numactl_line
 from strata_doctor.rules.gpu import place_gpu
+from strata_doctor.rules.isa import arm_cpu_name, arm_isa
 
 ISA_NAMES = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX-512 BF16",
              "avx512_vnni": "AVX-512 VNNI", "amx_tile": "AMX", "amx_bf16": "AMX BF16"}
@@ -177,16 +178,20 @@ def _other_checks(results: Sequence[CheckResult]) -> List[CheckLine]:
 # -- hardware -------------------------------------------------------------------
 def read_hardware(ctx: HostContext) -> Hardware:
     """The Hardware section from the context's facts and nvidia-smi."""
-    numa, cpu = ctx.numa, ctx.cpu
+    numa, cpu, arch = ctx.numa, ctx.cpu, ctx.cpu_arch
     online = numa.online_cpus or frozenset().union(*(n.cpus for n in numa.nodes))
     ids = [n.id for n in numa.nodes]
     return Hardware(
         gpus=gpu_lines(ctx),
-        cpu_model=cpu.model,
+        cpu_model=cpu.model or (arm_cpu_name(arch) if arch.arm_cores else None),
         sockets=cpu.sockets,
-        cores=cpu.cores_in(frozenset(online)) if online else 0,
+        cores=cpu.core_count(frozenset(online)) if online else 0,
         threads=len(online),
-        isa=tuple(ISA_NAMES.get(flag, flag) for flag in cpu.expert_isa),
+        isa=(arm_isa(arch.features) if arch.arch in ("arm64", "arm")
+             else tuple(ISA_NAMES.get(flag, flag) for flag in cpu.expert_isa)),
+        # x86 flags without vendor_id (a hand-written cpuinfo) still name x86's ISA
+        isa_family="x86" if cpu.expert_isa and arch.arch == "other" else arch.arch,
+        pci_functions=ctx.pci_functions,
         nodes=node_lines(ctx),
         memory_total_bytes=_memory_total(ctx),
         distances=tuple((n.id, tuple(n.distance_to(o) for o in ids)) for n in numa.nodes),
@@ -198,7 +203,7 @@ def node_lines(ctx: HostContext) -> Tuple[NodeLine, ...]:
     """Every NUMA node's CPUs, cores and memory, in id order."""
     cpu = ctx.cpu
     return tuple(
-        NodeLine(n.id, format_cpulist(n.cpus), cpu.cores_in(n.cpus) if n.cpus else 0, len(n.cpus),
+        NodeLine(n.id, format_cpulist(n.cpus), cpu.core_count(n.cpus) if n.cpus else 0, len(n.cpus),
                  n.memory_total, n.memory_free, n.memory_only)
         for n in ctx.numa.nodes
     )

@@ -46,8 +46,9 @@ class NodeLine:
     """Node id."""
     cpus: str
     """Online CPUs as a cpulist."""
-    cores: int
-    """Physical cores among them."""
+    cores: Optional[int]
+    """Physical cores among them; None when the tree shows no core (no sibling list, no
+    core id)."""
     threads: int
     """Hardware threads (online CPUs)."""
     memory_total_bytes: Optional[int]
@@ -68,12 +69,17 @@ class Hardware:
     """CPU model name."""
     sockets: int
     """Physical packages."""
-    cores: int
-    """Physical cores, all nodes."""
+    cores: Optional[int]
+    """Physical cores, all nodes; None when the tree shows no core."""
     threads: int
     """Online hardware threads, all nodes."""
     isa: Tuple[str, ...]
     """Expert-kernel ISA extensions offered, by display name."""
+    isa_family: str
+    """``x86``, ``arm64``, ``arm`` (a 32-bit kernel), another architecture's name, or empty
+    when /proc/cpuinfo could not be read: which ISA the line names."""
+    pci_functions: int
+    """PCI functions the tree lists; 0 means its GPUs are unknown, not absent."""
     nodes: Tuple[NodeLine, ...]
     """NUMA nodes in id order."""
     memory_total_bytes: Optional[int]
