@@ -11,11 +11,9 @@ from strata_doctor.facts.cpu_arch import CpuArch, read_cpu_arch
 from strata_doctor.facts.cpu_policy import (
     CpuFrequency,
     NumaBalancing,
-    ThreadSiblings,
     Virtualization,
     read_cpu_frequency,
     read_numa_balancing,
-    read_thread_siblings,
     read_virtualization,
 )
 from strata_doctor.facts.engine import (
@@ -346,11 +344,6 @@ class HostContext:
         online = self.numa.online_cpus or frozenset(c for c, _ in self.cpu.package_of)
         planned = planned_cpus(self.numa, self.binding_plan, online)
         return assess_isolation(self.cpu_isolation, planned, online, self.engine_cpu_setting)
-
-    @cached_property
-    def thread_siblings(self) -> ThreadSiblings:
-        """SMT siblings of the pool's CPUs (:attr:`pool_cpus`)."""
-        return read_thread_siblings(self.root, self.pool_cpus[0])
 
     @cached_property
     def virtualization(self) -> Virtualization:

@@ -14,7 +14,6 @@ from strata_doctor.context import HostContext
 from strata_doctor.facts.cpu_policy import (
     read_cpu_frequency,
     read_numa_balancing,
-    read_thread_siblings,
     read_virtualization,
 )
 from strata_doctor.model import Finding, Severity
@@ -99,25 +98,6 @@ def test_powersave_under_an_active_pstate_driver_is_not_pinned(tmp_path: Path) -
         f"{base}/energy_performance_preference": "balance_performance\n"}))), [0])
     assert not freq.policies[0].pinned_low
     assert freq.policies[0].epp == "balance_performance"
-
-
-def test_thread_siblings_count_cores_of_non_contiguous_cpu_ids(tmp_path: Path) -> None:
-    # The seed's node 1: CPUs 22-43 and their siblings 66-87.
-    files = {f"{CPU}/cpu{c}/topology/thread_siblings_list": f"{min(c, c - 44) if c >= 66 else c},"
-             f"{c if c >= 66 else c + 44}\n" for c in (*range(22, 44), *range(66, 88))}
-    root = Root(str(write_tree(tmp_path, files)))
-    node1 = frozenset((*range(22, 44), *range(66, 88)))
-    siblings = read_thread_siblings(root, node1)
-    assert siblings.cores_in(node1) == 22
-    assert siblings.cores_in(frozenset(range(22, 44))) == 22
-    assert siblings.cores_in(frozenset({22, 66, 23})) == 2
-    # one file per core: a core's list names its sibling, which is not read again
-    assert sum(1 for path in root.reads if path.endswith("thread_siblings_list")) == 22
-
-
-def test_missing_sibling_lists_are_unknown_not_zero(tmp_path: Path) -> None:
-    siblings = read_thread_siblings(Root(str(tmp_path)), range(4))
-    assert siblings.cores_in(frozenset(range(4))) is None
 
 
 def test_virtualization_from_flag_and_systemd_detect_virt(tmp_path: Path) -> None:

@@ -1,10 +1,11 @@
 """Typed facts about how the kernel runs the expert pool's CPUs: automatic NUMA balancing,
-the CPU frequency policy, SMT siblings, and whether the host is a virtual machine.
+the CPU frequency policy, and whether the host is a virtual machine (SMT siblings are
+:mod:`strata_doctor.facts.cpu`'s).
 
 Each reader takes a :class:`~strata_doctor.root.Root` and reads only through it, so a
 captured host replays these facts exactly; :class:`~strata_doctor.context.HostContext`
 keeps one answer per host (``ctx.numa_balancing``, ``ctx.cpu_frequency``,
-``ctx.thread_siblings``, ``ctx.virtualization``).
+``ctx.virtualization``).
 """
 
 import re
@@ -302,41 +303,6 @@ def _read_clocks(root: Root, base: str, governed: FrozenSet[int], governor: Opti
     )
 
 
-# -- SMT siblings -------------------------------------------------------------------------
-class ThreadSiblings(NamedTuple):
-    """Which logical CPUs share a physical core, from ``cpuN/topology/thread_siblings_list``."""
-
-    cores: Tuple[FrozenSet[int], ...]
-    """One set of sibling CPUs per physical core read, in the order of their first CPU."""
-    unknown: FrozenSet[int]
-    """CPUs asked for whose sibling list could not be read."""
-
-    def cores_in(self, cpus: FrozenSet[int]) -> Optional[int]:
-        """Physical cores among ``cpus``; None when any of them has no sibling list."""
-        if cpus & self.unknown:
-            return None
-        return sum(1 for core in self.cores if core & cpus)
-
-
-def read_thread_siblings(root: Root, cpus: Iterable[int]) -> ThreadSiblings:
-    """Read ``thread_siblings_list`` of ``cpus`` through ``root``: one file per core, since a
-    core's list names its siblings (CPU ids are not contiguous: the seed's node 1 is
-    ``22-43,66-87``, CPU 22's sibling is 66)."""
-    seen: Dict[int, FrozenSet[int]] = {}
-    unknown: List[int] = []
-    for cpu in sorted(cpus):
-        if cpu in seen:
-            continue
-        siblings = parse_cpulist(root.read(f"{CPU_DIR}/cpu{cpu}/topology/thread_siblings_list") or "")
-        if cpu not in siblings:
-            unknown.append(cpu)
-            continue
-        for sibling in siblings:
-            seen[sibling] = siblings
-    cores = sorted(set(seen.values()), key=min)
-    return ThreadSiblings(tuple(cores), frozenset(unknown))
-
-
 # -- virtual machines ---------------------------------------------------------------------
 class Virtualization(NamedTuple):
     """Whether the host is a virtual machine, and how that shows."""
@@ -394,7 +360,6 @@ __all__ = [
     "CpuFrequency",
     "FreqPolicy",
     "NumaBalancing",
-    "ThreadSiblings",
     "Virtualization",
     "cmdline_value",
     "gunzip_text",
@@ -402,6 +367,5 @@ __all__ = [
     "parse_release",
     "read_cpu_frequency",
     "read_numa_balancing",
-    "read_thread_siblings",
     "read_virtualization",
 ]
