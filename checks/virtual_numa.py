@@ -68,35 +68,26 @@ class VirtualNuma(Check):
         if kind.kind == "lpar":
             yield self._lpar(ctx, evidence)
             return
-        flat = self._flat_distances(ctx)
-        summary = (f"a virtual machine ({virt.name}) with {len(nodes)} NUMA nodes: they map to the "
-                   "host's sockets only if the hypervisor pins vNUMA")
-        if flat:
-            summary += f"; {flat}"
-        yield self.finding(
-            "guest", Severity.WARNING if flat else Severity.INFO, summary,
-            detail="Inside a guest, numactl binds to the nodes the hypervisor presents. Unless the "
+        yield self._placed(
+            ctx, "guest", f"a virtual machine ({virt.name}) with {len(nodes)} NUMA nodes: they map "
+            "to the host's sockets only if the hypervisor pins vNUMA", evidence,
+            "Inside a guest, numactl binds to the nodes the hypervisor presents. Unless the "
             "hypervisor pins each virtual node's vCPUs and memory to one host socket (libvirt "
             "<numatune> with <vcpupin>, VMware vNUMA, Hyper-V with NUMA spanning off), a guest node's "
             "vCPUs and memory may sit on either host socket, and binding inside the guest buys "
             "nothing. Ask the provider or the hypervisor's administrator to pin vNUMA and to put "
             "the passed-through GPU in the same virtual node as its host socket.",
-            evidence=evidence + _distance_evidence(ctx),
         )
 
     def _lpar(self, ctx: HostContext, evidence: Tuple[Evidence, ...]) -> Finding:
         """An IBM pSeries partition under PowerVM: its nodes are the hypervisor's placement."""
         nodes = ctx.numa.cpu_nodes
-        flat = self._flat_distances(ctx)
         machine = ctx.cpu_arch.machine
-        summary = (f"an IBM pSeries LPAR under PowerVM{f' ({machine})' if machine else ''} with "
-                   f"{len(nodes)} NUMA nodes: they are the hypervisor's home nodes for the partition's "
-                   "processors and memory, the machine's chips only as far as PowerVM placed them")
-        if flat:
-            summary += f"; {flat}"
-        return self.finding(
-            "lpar", Severity.WARNING if flat else Severity.INFO, summary,
-            detail="An LPAR of an IBM machine runs under PowerVM, which gives each of the partition's "
+        return self._placed(
+            ctx, "lpar", f"an IBM pSeries LPAR under PowerVM{f' ({machine})' if machine else ''} with "
+            f"{len(nodes)} NUMA nodes: they are the hypervisor's home nodes for the partition's "
+            "processors and memory, the machine's chips only as far as PowerVM placed them", evidence,
+            "An LPAR of an IBM machine runs under PowerVM, which gives each of the partition's "
             "virtual processors and each range of its memory a home node (an affinity domain: a "
             "chip or a drawer of the machine) and shows it to Linux in the device tree's "
             "ibm,associativity, from which the kernel builds these nodes. With dedicated "
@@ -106,6 +97,16 @@ class VirtualNuma(Check):
             "home nodes later. Ask the PowerVM administrator for dedicated processors and to run "
             "the Dynamic Platform Optimizer (HMC optmem) so the partition's processors and "
             "memory share chips.",
+        )
+
+    def _placed(self, ctx: HostContext, finding_id: str, summary: str,
+                evidence: Tuple[Evidence, ...], detail: str) -> Finding:
+        """A guest's or a partition's nodes, placed by its hypervisor: info, or a warning that
+        says so where the distances cannot tell near nodes from far ones."""
+        flat = self._flat_distances(ctx)
+        return self.finding(
+            finding_id, Severity.WARNING if flat else Severity.INFO,
+            f"{summary}; {flat}" if flat else summary, detail=detail,
             evidence=evidence + _distance_evidence(ctx),
         )
 
