@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, List, Optional
 
 from strata_doctor.checks.memlock import Memlock
 from strata_doctor.checks.swap import Swap
 from strata_doctor.config import EngineConfig
-from strata_doctor.model import Finding, Severity
+from strata_doctor.model import Severity
 from strata_doctor.rules.limits import (
     LOCK_CONFIG,
     LOCKED_NOW,
@@ -19,41 +18,17 @@ from strata_doctor.rules.limits import (
     memlock_need,
 )
 from strata_doctor.rules.memory import GpuPinned, gpu_pinned
-from tests.conftest import HOSTS, run_check, run_cli, two_node_files, write_tree
+from tests.conftest import HOSTS, run_check, run_cli
+from tests.test_limits import CONFIG, GIB, LIMITS, _host, _ids
 
-GIB = 1024**3
 MIB = 1024**2
-CONFIG = EngineConfig(arena_bytes=40 * GIB, kv_bytes=2 * GIB, headroom_bytes=4 * GIB)
-RUNNING_UNIT = (
-    "Id=strata.service\nLoadState=loaded\nActiveState=active\nSubState=running\nMainPID=4242\n"
-    "ControlGroup=/system.slice/strata.service\nSlice=system.slice\n"
-)
-LIMITS = ("Limit                     Soft Limit           Hard Limit           Units     \n"
-          "Max locked memory         {0:<20} {0:<20} bytes     \n")
 GPU = "0000:81:00.0"
+"""The compute GPU of tests.conftest's two-node host, on node 1."""
 
 
 def _status(locked_kb: int = 0, pinned_kb: int = 0) -> str:
     return (f"Name:\tpython\nPid:\t4242\nVmLck:\t{locked_kb:8d} kB\nVmPin:\t{pinned_kb:8d} kB\n"
             "Cpus_allowed_list:\t0-7\nMems_allowed_list:\t0-1\n")
-
-
-def _host(tmp_path: Path, extra: Dict[str, str], gpu: bool = True,
-          unit: Optional[str] = RUNNING_UNIT) -> Path:
-    files = two_node_files(unit_show=unit)
-    if not gpu:
-        files = {k: v for k, v in files.items() if GPU not in k}
-    files["/sys/fs/cgroup/cgroup.controllers"] = "cpuset cpu io memory pids\n"
-    files["/proc/meminfo"] = ("MemTotal:       33554432 kB\nMemFree:        16777216 kB\n"
-                              "SwapTotal:       2097148 kB\nSwapFree:        2097148 kB\n")
-    files["/proc/swaps"] = ("Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"
-                            "/dev/vda3                               partition\t2097148\t\t0\t\t-2\n")
-    files.update(extra)
-    return write_tree(tmp_path / "host", files)
-
-
-def _ids(found: List[Finding]) -> List[str]:
-    return [f.id for f in found]
 
 
 # -- the rules ------------------------------------------------------------------------------
