@@ -124,4 +124,8 @@ def test_a_compute_gpu_beside_a_bmc_display(tmp_path: Path) -> None:
 
 def test_a_host_without_display_functions(tmp_path: Path) -> None:
     files = {k: v for k, v in two_node_files().items() if "0000:81:00.0" not in k}
+    # with no PCI function at all the tree cannot tell; a listed NIC and no display says no GPU
+    assert map_of(write_tree(tmp_path / "bare", files)).splitlines()[0].endswith(
+        "GPUs unknown (no PCI functions in the tree)")
+    files["/sys/bus/pci/devices/0000:01:00.0/class"] = "0x020000\n"
     assert map_of(write_tree(tmp_path / "host", files)).splitlines()[0].endswith("no GPU")
