@@ -190,10 +190,15 @@ def files_read(root: Path) -> List[str]:
     host, ctx = open_host(HostOptions(str(root), None, None, None, None, None))
     run_selected(ctx, (), ())
     found = set()
+    top = os.path.realpath(root)
     for path in list(host.reads) + list(getattr(host, "stats", {})):
         rel = str(path).strip("/")
         if rel and stat.S_ISREG(os.lstat(root / rel).st_mode if os.path.lexists(root / rel) else 0):
-            found.add(rel)
+            # /proc/self/status is /proc/8/status: named once, by the path without links, so
+            # two mutations of one case never meet in the same file
+            real = os.path.realpath(root / rel)
+            if real.startswith(top + os.sep):
+                found.add(os.path.relpath(real, top))
     return sorted(found)
 
 
