@@ -6,10 +6,7 @@ from typing import NamedTuple
 from strata_doctor.context import HostContext
 from strata_doctor.facts.hugepages import format_page_size
 from strata_doctor.model import Fix, ManualStep
-from strata_doctor.rules.pool_users import PoolUsers, other_pool_users
-
-OPT_IN = "release_pool: true"
-"""The config line that lets ``fix`` release a pool others may use."""
+from strata_doctor.rules.pool_users import OPT_IN, PoolUsers, other_pool_users, pool_held
 
 
 class PoolRelease(NamedTuple):
@@ -27,7 +24,7 @@ class PoolRelease(NamedTuple):
     @property
     def held(self) -> bool:
         """Whether the fix leaves the pool alone."""
-        return self.users.any and not self.opted_in
+        return pool_held(self.users, self.opted_in)
 
     @property
     def tail(self) -> str:

@@ -6,7 +6,7 @@ from strata_doctor.config import DEFAULT_CONFIG, EngineConfig
 from strata_doctor.facts.hugepages import HugepageFacts
 from strata_doctor.facts.oomd import OomdFacts
 from strata_doctor.facts.oomd_dump import Watched
-from strata_doctor.rules.pool_users import PoolUsers, other_pool_users
+from strata_doctor.rules.pool_users import OPT_IN, PoolUsers, other_pool_users, pool_held
 
 
 # -- systemd-oomd ------------------------------------------------------------------------
@@ -65,10 +65,6 @@ def restart_looping(facts: OomdFacts) -> bool:
 
 
 # -- how the chain's first link breaks ------------------------------------------------------
-OPT_IN = "release_pool: true"
-"""The config line that lets ``fix`` release a pool others may use (hugepages' release)."""
-
-
 class ChainBreak(NamedTuple):
     """How the trap chain's first link breaks: ``vm.nr_hugepages = 0``, the fix of
     hugepages/trap, unless the pool's other users may need it and the config does not opt
@@ -84,7 +80,7 @@ class ChainBreak(NamedTuple):
     @property
     def by_hand(self) -> bool:
         """Whether the pool's fix leaves it alone, so only the operator can break the link."""
-        return self.users.any and not self.opted_in
+        return pool_held(self.users, self.opted_in)
 
     @property
     def text(self) -> str:

@@ -26,6 +26,16 @@ _KINDS = {"ve": ("NEC SX-Aurora vector engine", "NEC SX-Aurora vector engines"),
 """How each kind of device is named: one, several."""
 
 
+OPT_IN = "release_pool: true"
+"""The config line that lets ``fix`` release a pool others may use."""
+
+
+def pool_held(users: "PoolUsers", opted_in: bool) -> bool:
+    """Whether a fix leaves a pool alone: something else may use it and the config does not
+    opt in. hugepages' fixes and oomd's trap chain both act on this one answer."""
+    return users.any and not opted_in
+
+
 class PoolUsers(NamedTuple):
     """What on the host may use a pool of one page size, the engine left out."""
 
