@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, FrozenSet, Optional, Set, Tuple
+from typing import Any, Collection, Dict, FrozenSet, Optional, Set, Tuple
 
 import pytest
 
@@ -350,6 +350,24 @@ def open_corpus(base: Path) -> Corpus:
     unpacked = Corpus(base)
     unpacked.unpack_all()
     return unpacked
+
+def read_reviewed(table: Path, trees: Collection[str]) -> Dict[str, Dict[str, str]]:
+    """tree -> {check/finding: the reason}, from a reviewed table of ``tree | check/finding |
+    reason`` lines (tests/golden/corpus-errors.txt, warnings.txt); ``trees`` are the names a
+    line may give."""
+    found: Dict[str, Dict[str, str]] = {}
+    for number, line in enumerate(table.read_text().splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        tree, finding, reason = (cell.strip() for cell in line.split("|", 2))
+        where = f"{table.name}:{number}"
+        assert tree in trees, f"{where}: no snapshot or host {tree!r}"
+        assert re.fullmatch(r"[a-z0-9-]+/[a-z0-9-]+", finding), f"{where}: {finding!r} is not check/finding"
+        assert reason, f"{where}: {finding} on {tree} gives no reason"
+        assert finding not in found.get(tree, {}), f"{where}: listed twice"
+        found.setdefault(tree, {})[finding] = reason
+    return found
+
 
 def tool_nodes(data: Dict[str, Any]) -> Dict[int, Dict[str, Any]]:
     return {n["id"]: n for n in data["facts"]["numa"]["nodes"]}

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Dict, Optional, Set, Tuple
+from typing import Optional, Set, Tuple
 
 import pytest
 
 from tests.conftest import REPO, run_cli
-from tests.corpus import SNAPSHOTS, Corpus, proc_memtotal
+from tests.corpus import SNAPSHOTS, Corpus, proc_memtotal, read_reviewed
 
 pytestmark = pytest.mark.corpus
 
@@ -25,22 +25,7 @@ TABLE = REPO / "tests" / "golden" / "corpus-errors.txt"
 SEED_ENGINE = ("--arena", "46.84GiB", "--kv", "3.09GiB")
 
 
-def reviewed_errors() -> Dict[str, Dict[str, str]]:
-    """snapshot -> {check/finding: the reason it is an error}, from the reviewed table."""
-    table: Dict[str, Dict[str, str]] = {}
-    for number, line in enumerate(TABLE.read_text().splitlines(), 1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        snapshot, finding, reason = (cell.strip() for cell in line.split("|", 2))
-        assert snapshot in SNAPSHOTS, f"{TABLE.name}:{number}: no snapshot {snapshot!r}"
-        assert "/" in finding, f"{TABLE.name}:{number}: {finding!r} is not check/finding"
-        assert reason, f"{TABLE.name}:{number}: {finding} on {snapshot} gives no reason"
-        assert finding not in table.get(snapshot, {}), f"{TABLE.name}:{number}: listed twice"
-        table.setdefault(snapshot, {})[finding] = reason
-    return table
-
-
-REVIEWED = reviewed_errors()
+REVIEWED = read_reviewed(TABLE, SNAPSHOTS)
 
 
 def errors_on(corpus: Corpus, name: str) -> Set[str]:

@@ -23,31 +23,16 @@ from typing import Any, Dict, Iterator, List, Set, Tuple
 import pytest
 
 from tests.conftest import HOSTS, REPO, run_cli
-from tests.corpus import SNAPSHOTS, Corpus
+from tests.corpus import SNAPSHOTS, Corpus, read_reviewed
 
 TABLE = REPO / "tests" / "golden" / "warnings.txt"
 SEED_ENGINE = ("--arena", "46.84GiB", "--kv", "3.09GiB")
-FIXTURE_HOSTS = sorted(p.name for p in HOSTS.iterdir() if (p / "README.md").is_file()) if HOSTS.is_dir() else []
+FIXTURE_HOSTS = sorted(p.name for p in HOSTS.iterdir() if (p / "README.md").is_file()) if HOSTS.is_dir() \
+    else []
 NONE = re.compile(r"\bNone\b")
 
 
-def reviewed() -> Dict[str, Dict[str, str]]:
-    """tree -> {check/finding: the reason}, from the reviewed table."""
-    table: Dict[str, Dict[str, str]] = {}
-    for number, line in enumerate(TABLE.read_text().splitlines(), 1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        tree, finding, reason = (cell.strip() for cell in line.split("|", 2))
-        where = f"{TABLE.name}:{number}"
-        assert tree in SNAPSHOTS or tree in FIXTURE_HOSTS, f"{where}: no snapshot or host {tree!r}"
-        assert re.fullmatch(r"[a-z0-9-]+/[a-z0-9-]+", finding), f"{where}: {finding!r} is not check/finding"
-        assert reason, f"{where}: {finding} on {tree} gives no reason"
-        assert finding not in table.get(tree, {}), f"{where}: listed twice"
-        table.setdefault(tree, {})[finding] = reason
-    return table
-
-
-REVIEWED = reviewed()
+REVIEWED = read_reviewed(TABLE, [*SNAPSHOTS, *FIXTURE_HOSTS])
 
 
 def check_json(args: List[str]) -> Dict[str, Any]:
