@@ -137,30 +137,6 @@ def test_distance_zero_is_a_quirk(tmp_path: Path) -> None:
     assert any("contains 0" in q for q in numa.quirks)
 
 
-def test_distance_zero_on_one_node_is_no_quirk(tmp_path: Path) -> None:
-    # Kernels without a SLIT print 0 there (the corpus's 8ia64-2s2c2t); one node uses no distance.
-    numa = read_numa(build(tmp_path, node_files(0, "0-7", 16 * 1048576, "0")))
-    assert numa.nodes[0].distances == ((0, 0),)
-    assert numa.quirks == ()
-
-
-def test_missing_or_short_distance_rows_are_quirks(tmp_path: Path) -> None:
-    files = {**node_files(0, "0-3", 1048576, "10 21"), **node_files(1, "4-7", 1048576, "21")}
-    files[f"{NODE}/node2/cpulist"] = "8-11\n"
-    numa = read_numa(build(tmp_path, files))
-    assert numa.node(2) is not None and numa.node(2).distances == ()  # type: ignore[union-attr]
-    assert any("node1: distance row has 1 entry for 3 known nodes (node0, node1, node2)" in q
-               for q in numa.quirks)
-    assert "node2: the capture holds no distance file" in numa.quirks
-
-
-def test_an_empty_distance_row_is_the_kernels_and_an_absent_one_the_captures(tmp_path: Path) -> None:
-    files = {**node_files(0, "0-3", 1048576, "10 21"), **node_files(1, "4-7", 1048576, "")}
-    assert "node1: distance row is empty" in read_numa(build(tmp_path / "empty", files)).quirks
-    del files[f"{NODE}/node1/distance"]
-    assert "node1: the capture holds no distance file" in read_numa(build(tmp_path / "absent", files)).quirks
-
-
 def test_asymmetric_distances_are_a_quirk(tmp_path: Path) -> None:
     files = {**node_files(0, "0-3", 1048576, "10 21"), **node_files(1, "4-7", 1048576, "31 10")}
     numa = read_numa(build(tmp_path, files))

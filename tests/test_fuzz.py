@@ -11,8 +11,7 @@ mode-000 folders read as nobody, deep configs, probes and manifests...) is a cas
     STRATA_FUZZ_CASES   how many mutated trees (default 2000, about two minutes on one core)
     STRATA_FUZZ_SEED    the generator's seed (default 11); a failure names seed and case
 
-A failure prints each failing case's host and mutations; rerun one with
-``STRATA_FUZZ_SEED=... STRATA_FUZZ_CASES=...``.
+A failure prints each failing case's host and mutations (rerun: STRATA_FUZZ_SEED, _CASES).
 """
 
 from __future__ import annotations
@@ -189,16 +188,12 @@ def files_read(root: Path) -> List[str]:
 
     host, ctx = open_host(HostOptions(str(root), None, None, None, None, None))
     run_selected(ctx, (), ())
-    found = set()
-    top = os.path.realpath(root)
+    found, top = set(), os.path.realpath(root)
     for path in list(host.reads) + list(getattr(host, "stats", {})):
-        rel = str(path).strip("/")
-        if rel and stat.S_ISREG(os.lstat(root / rel).st_mode if os.path.lexists(root / rel) else 0):
-            # /proc/self/status is /proc/8/status: named once, by the path without links, so
-            # two mutations of one case never meet in the same file
-            real = os.path.realpath(root / rel)
-            if real.startswith(top + os.sep):
-                found.add(os.path.relpath(real, top))
+        rel, real = str(path).strip("/"), os.path.realpath(root / str(path).strip("/"))
+        # named without links (proc/self/status is proc/8/status): no two mutations meet
+        if rel and real.startswith(top + os.sep) and os.path.isfile(real):
+            found.add(os.path.relpath(real, top))
     return sorted(found)
 
 
