@@ -130,7 +130,7 @@ def test_snc_socket_is_recognised(guests: Guests) -> None:
     """Sub-nodes at distance 11 share a socket; an arena larger than node 1 spans 0 and 1."""
     data = check_json(guests, "snc")
     topology = " ".join(f["detail"] for f in data["findings"] if f["check"] == "numa-topology")
-    assert "sub-nodes 0,1" in topology and "sub-nodes 2,3" in topology, topology
+    assert "socket 0: nodes 0,1; socket 1: nodes 2,3" in topology, topology
     binding = " ".join(f["summary"] + " " + f["detail"] for f in data["findings"]
                        if f["check"] == "numa-binding")
     assert "--cpunodebind=0,1" in binding, binding
