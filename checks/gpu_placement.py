@@ -51,7 +51,7 @@ class GpuPlacementCheck(Check):
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         placement = ctx.placement
         if placement is None:
-            yield self._no_compute_gpu(ctx) if ctx.gpus else self._no_gpu(ctx.pci_functions)
+            yield self._no_compute_gpu(ctx) if ctx.gpus else self._no_gpu(len(ctx.pci_addresses))
             return
         gpu = placement.gpu
         evidence = _evidence(gpu)

@@ -27,7 +27,7 @@ from strata_doctor.facts.engine import (
     read_unit,
     unit_exec_start,
 )
-from strata_doctor.facts.gpu import Gpu, count_pci_functions, read_gpus
+from strata_doctor.facts.gpu import Gpu, read_gpus, read_pci_functions
 from strata_doctor.facts.hugepage_pools import NodePool, read_node_pools
 from strata_doctor.facts.hugepages import HugepageFacts, detect_container, read_hugepages
 from strata_doctor.facts.isolation import IsolationFacts, read_isolation
@@ -82,12 +82,12 @@ class HostContext:
     @cached_property
     def gpus(self) -> Tuple[Gpu, ...]:
         """Every display-class PCI function."""
-        return read_gpus(self.root)
+        return read_gpus(self.root, self.pci_addresses)
 
     @cached_property
-    def pci_functions(self) -> int:
-        """How many PCI functions the tree lists, display or not."""
-        return count_pci_functions(self.root)
+    def pci_addresses(self) -> Tuple[str, ...]:
+        """Every PCI function the tree lists, display or not; none: its GPUs are unknown."""
+        return read_pci_functions(self.root)
 
     @cached_property
     def compute_gpu(self) -> Tuple[Optional[Gpu], str]:

@@ -24,7 +24,7 @@ HOST_ACCESS = ("read_bytes", "read", "read_value", "exists", "is_dir", "listdir"
 REPORT_FACTS = (
     "numa", "cpu", "gpus", "placement", "smi_query", "meminfo", "dmi_system", "os_release",
     "software_versions", "unit", "binding_plan", "binding_state", "engine_process", "hugepages",
-    "thp", "oomd", "oomd_active", "saved_probe", "arena_headroom", "pci_functions", "cpu_arch",
+    "thp", "oomd", "oomd_active", "saved_probe", "arena_headroom", "pci_addresses", "cpu_arch",
 )
 """The HostContext facts the report, its JSON and its map show."""
 

@@ -2,7 +2,7 @@
 :mod:`strata_doctor.facts.nvidia_smi`'s)."""
 
 import re
-from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
+from typing import Dict, FrozenSet, NamedTuple, Optional, Sequence, Tuple
 
 from strata_doctor.facts.parse import (
     format_cpulist,
@@ -192,17 +192,18 @@ MANAGEMENT_DISPLAYS: Dict[Tuple[int, Optional[int]], str] = {
 ``--gpu`` or the config names them: BMC VGA chips and hypervisors' emulated displays."""
 
 
-def count_pci_functions(root: Root) -> int:
-    """How many functions ``/sys/bus/pci/devices`` lists; 0 when the capture holds none,
+def read_pci_functions(root: Root) -> Tuple[str, ...]:
+    """The functions ``/sys/bus/pci/devices`` lists; none when the capture holds none,
     which says nothing about the host's GPUs (s390, a PS3, a tree of sys/devices/system
     alone)."""
-    return len(root.listdir(PCI_DIR))
+    return tuple(root.listdir(PCI_DIR))
 
 
-def read_gpus(root: Root) -> Tuple[Gpu, ...]:
-    """Read every display-class PCI function through ``root``."""
+def read_gpus(root: Root, functions: Optional[Sequence[str]] = None) -> Tuple[Gpu, ...]:
+    """Read every display-class PCI function through ``root``, of ``functions`` when the
+    listing is already read."""
     gpus = []
-    for address in root.listdir(PCI_DIR):
+    for address in read_pci_functions(root) if functions is None else functions:
         base = f"{PCI_DIR}/{address}"
         pci_class = parse_int(root.read(f"{base}/class"))
         source = "class"

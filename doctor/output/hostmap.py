@@ -192,7 +192,7 @@ def build_map(ctx: HostContext) -> HostMap:
         arena=arena_place(ctx),
         fix=fix,
         changes=changes,
-        pci_functions=ctx.pci_functions,
+        pci_functions=len(ctx.pci_addresses),
     )
 
 

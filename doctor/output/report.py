@@ -191,7 +191,7 @@ def read_hardware(ctx: HostContext) -> Hardware:
              else tuple(ISA_NAMES.get(flag, flag) for flag in cpu.expert_isa)),
         # x86 flags without vendor_id (a hand-written cpuinfo) still name x86's ISA
         isa_family="x86" if cpu.expert_isa and arch.arch == "other" else arch.arch,
-        pci_functions=ctx.pci_functions,
+        pci_functions=len(ctx.pci_addresses),
         nodes=node_lines(ctx),
         memory_total_bytes=_memory_total(ctx),
         distances=tuple((n.id, tuple(n.distance_to(o) for o in ids)) for n in numa.nodes),
