@@ -223,7 +223,9 @@ def select_checks(ids: Sequence[str]) -> Tuple[List[Type["Check"]], List["Crash"
     known = {c.id: c for c in checks}
     unknown = [i for i in ids if i not in known]
     if unknown:
-        raise UsageFailure(f"unknown check {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        from strata_doctor.registry import unknown_word
+
+        raise UsageFailure(unknown_word(f"unknown check {unknown[0]!r}", unknown[0], sorted(known)))
     return [known[i] for i in ids], [c for c in failed if c.check in ids]
 
 
