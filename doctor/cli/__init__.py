@@ -19,6 +19,7 @@ from strata_doctor import __version__
 LAZY_COMMANDS: Dict[str, str] = {
     "check": "strata_doctor.cli.check:check_command",
     "list-checks": "strata_doctor.cli.check:list_checks_command",
+    "explain": "strata_doctor.cli.explain:explain_command",
     "map": "strata_doctor.cli.map:map_command",
     "fix": "strata_doctor.cli.fix:fix_command",
     "report": "strata_doctor.cli.report:report_command",

@@ -241,3 +241,24 @@ def run_selected(ctx: "HostContext", ids: Sequence[str], ignore: Sequence[str]) 
 
 
 FAIL_ON = click.Choice(["error", "warning"])
+
+
+def complete_checks(ctx: click.Context, param: click.Parameter, incomplete: str) -> List[str]:
+    """Shell completion of a check id (``check numa-<TAB>``)."""
+    from strata_doctor.registry import all_checks
+
+    checks, failed = all_checks()
+    ids = [c.id for c in checks] + [c.check for c in failed]
+    return [i for i in ids if i.startswith(incomplete)]
+
+
+def complete_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> List[str]:
+    """Shell completion of ``CHECK`` or ``CHECK/FINDING`` (``--ignore swap/<TAB>``)."""
+    from strata_doctor.registry import all_checks
+
+    check, slash, _ = incomplete.partition("/")
+    if not slash:
+        return complete_checks(ctx, param, incomplete)
+    checks, _failed = all_checks()
+    findings = next((c.findings for c in checks if c.id == check), ())
+    return [f"{check}/{f}" for f in findings if f"{check}/{f}".startswith(incomplete)]
