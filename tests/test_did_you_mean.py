@@ -21,7 +21,8 @@ def test_a_misspelt_command_gets_the_closest_name() -> None:
 
 def test_a_command_like_no_other_lists_them_all() -> None:
     line = usage_error(["bogus"])
-    assert line.startswith("strata-doctor: error: No such command 'bogus' (known: check, fix, "), line
+    assert line.startswith("strata-doctor: error: No such command 'bogus' (known: check, "), line
+    assert all(f" {name}," in line or f" {name})" in line for name in ("explain", "fix", "report")), line
     assert "did you mean" not in line
 
 

@@ -67,6 +67,7 @@ class _Plugged(Check):
     id = "plugged-in"
     title = "A plugged-in check"
     findings = ("fine",)
+    doc = "https://example.org/plugged-in"
 
 
 def _with_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,6 +82,7 @@ def test_a_plugin_without_a_page_is_explained_by_its_own_words(monkeypatch: pyte
     out = run_cli(["explain", "plugged-in"]).stdout
     assert out.startswith("# plugged-in\n\n**A plugged-in check**\n\nChecks something of its own.\n")
     assert "`fine`" in out and "has no page" in out
+    assert out.endswith("Its page, as the plug-in names it: https://example.org/plugged-in\n")
     broken = run_cli(["explain", "broken.plugin"])
     assert broken.exit_code == 0, broken.stderr
     assert broken.stdout == ("# broken.plugin\n\nA plug-in: failed to load: ImportError: no module. "

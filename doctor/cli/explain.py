@@ -102,6 +102,8 @@ def no_page(check_id: str, checks: Sequence[Type[Check]], failed: Sequence[Crash
         lines += ["## Findings", ", ".join(f"`{f}`" for f in cls.findings), ""]
     lines.append(f"A plug-in ({cls.__module__}): strata-doctor has no page for it; "
                  "its text above is the check's own.")
+    if cls.doc:
+        lines.append(f"Its page, as the plug-in names it: {cls.doc}")
     return "\n".join(lines) + "\n"
 
 
