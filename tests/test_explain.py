@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import List, Tuple, Type
 
 import pytest
@@ -90,3 +93,11 @@ def test_a_plugin_without_a_page_is_explained_by_its_own_words(monkeypatch: pyte
     listed = run_cli(["explain"]).stdout
     assert "plugged-in" in listed and "(failed to load: ImportError: no module)" in listed
     assert "failed to load: failed" not in listed
+
+
+def test_a_page_prints_where_the_output_cannot_encode_its_symbols() -> None:
+    env = dict(os.environ, PYTHONIOENCODING="latin-1")
+    out = subprocess.run([sys.executable, "-m", "strata_doctor", "explain", "arena-fit/fits"],
+                         capture_output=True, env=env, cwd=REPO, check=False)
+    assert out.returncode == 0, out.stderr
+    assert b"headroom <= the node's MemTotal" in out.stdout  # the page's "≤", as ASCII
