@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import List, Tuple, Type
 
 import pytest
@@ -101,3 +102,24 @@ def test_a_page_prints_where_the_output_cannot_encode_its_symbols() -> None:
                          capture_output=True, env=env, cwd=REPO, check=False)
     assert out.returncode == 0, out.stderr
     assert b"headroom <= the node's MemTotal" in out.stdout  # the page's "≤", as ASCII
+
+
+def test_an_ordinary_editable_install_reads_the_checkouts_pages(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``pip install -e .`` (not strict) imports doctor/ itself, where no pages/ folder is:
+    the pages are then docs/checks beside it."""
+    import importlib.resources
+
+    monkeypatch.setattr(importlib.resources, "files", lambda package: tmp_path)
+    result = run_cli(["explain", "swap"])
+    assert result.stdout == (PAGES / "swap.md").read_text(encoding="utf-8")
+
+
+def test_a_builtin_whose_page_is_missing_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from strata_doctor.cli import explain
+
+    monkeypatch.setattr(explain, "_page_folders", lambda: [tmp_path])
+    result = run_cli(["explain", "swap/off"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ("# swap\n\nThis installation lacks the page of the built-in check swap "
+                             "(strata_doctor/pages/swap.md, from docs/checks in the source).\n")

@@ -13,6 +13,8 @@ import click
 from strata_doctor.cli.options import UsageFailure, complete_ids
 
 if TYPE_CHECKING:
+    from importlib.abc import Traversable
+
     from strata_doctor.check import Check
     from strata_doctor.model import Crash
 
@@ -50,17 +52,33 @@ def explain_command(topic: Optional[str]) -> None:
 def read_page(check_id: str) -> Optional[str]:
     """The packaged ``pages/<check_id>.md``, or None when the package has no such page (a
     plug-in's check) or it cannot be read."""
-    from importlib.resources import files  # the regular package: Python 3.9 reads it alike
-
     from strata_doctor.registry import valid_id
 
     if not valid_id(check_id):  # a failed plug-in's name is no file name
         return None
-    page = files("strata_doctor").joinpath("pages").joinpath(f"{check_id}.md")
-    try:
-        return page.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
+    for folder in _page_folders():
+        try:
+            return folder.joinpath(f"{check_id}.md").read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+    return None
+
+
+def _page_folders() -> List[Traversable]:
+    """Where the pages are: ``strata_doctor/pages`` as a wheel or a strict editable install
+    lays it out, then a checkout's ``docs/checks`` beside ``doctor/`` (an ordinary editable
+    install imports doctor/ itself, and maps no folder of data)."""
+    from importlib.resources import files  # of the regular package: Python 3.9 reads it alike
+    from pathlib import Path
+
+    import strata_doctor
+
+    package = files("strata_doctor")
+    folders: List[Traversable] = [package.joinpath("pages")]
+    source = Path(strata_doctor.__file__).resolve().parent
+    if source.name == "doctor":
+        folders.append(source.parent / "docs" / "checks")
+    return folders
 
 
 def page_title(page: str) -> str:
@@ -94,6 +112,9 @@ def no_page(check_id: str, checks: Sequence[Type[Check]], failed: Sequence[Crash
     if crash is not None:
         return f"# {check_id}\n\nA plug-in: {crash.error}. strata-doctor has no page for it.\n"
     cls = next(c for c in checks if c.id == check_id)
+    if cls.__module__.startswith("strata_doctor.checks."):
+        return (f"# {check_id}\n\nThis installation lacks the page of the built-in check {check_id} "
+                f"(strata_doctor/pages/{check_id}.md, from docs/checks in the source).\n")
     doc = textwrap.dedent(cls.__doc__ or "").strip()
     lines = [f"# {check_id}", "", f"**{cls.title}**", ""]
     if doc:
