@@ -115,8 +115,13 @@ def no_page(check_id: str, checks: Sequence[Type[Check]], failed: Sequence[Crash
     if cls.__module__.startswith("strata_doctor.checks."):
         return (f"# {check_id}\n\nThis installation lacks the page of the built-in check {check_id} "
                 f"(strata_doctor/pages/{check_id}.md, from docs/checks in the source).\n")
+    return plugin_words(cls)
+
+
+def plugin_words(cls: Type[Check]) -> str:
+    """A plug-in's own words: its title, class docstring, finding ids and the page it names."""
     doc = textwrap.dedent(cls.__doc__ or "").strip()
-    lines = [f"# {check_id}", "", f"**{cls.title}**", ""]
+    lines = [f"# {cls.id}", "", f"**{cls.title}**", ""]
     if doc:
         lines += [doc, ""]
     if cls.findings:
