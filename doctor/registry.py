@@ -28,7 +28,8 @@ def valid_id(check_id: str) -> bool:
 
 def unknown_id(value: str, checks: Sequence[Type[Check]], unloaded: Iterable[str] = ()) -> Optional[str]:
     """Why ``CHECK`` or ``CHECK/FINDING`` (``--ignore``, ``--only``, ``--skip``) names nothing
-    that ``checks`` declare, with the known ids; None when it names something.
+    that ``checks`` declare: the closest known id (``did you mean ...?``), or else the known
+    ids; None when it names something.
 
     ``unloaded`` are plug-ins that failed to load: their ids are known, their findings are
     not, so any finding of theirs is accepted, as is any finding of a check that declares
@@ -38,12 +39,28 @@ def unknown_id(value: str, checks: Sequence[Type[Check]], unloaded: Iterable[str
     declared = {cls.id: cls.findings for cls in checks}
     known = sorted(set(declared) | set(unloaded))
     if check not in known:
-        return f"unknown check {check!r} (known: {', '.join(known)})"
+        return unknown_word(f"unknown check {check!r}", check, known)
     findings = declared.get(check, ())
     if slash and (not finding or (findings and finding not in findings)):
-        listed = ", ".join(findings) or "any id"
-        return f"unknown finding {finding!r} of {check} (known: {listed})"
+        return unknown_word(f"unknown finding {finding!r} of {check}", finding, findings)
     return None
+
+
+def unknown_word(said: str, word: str, known: Sequence[str]) -> str:
+    """``said`` with the known word closest to ``word`` (``; did you mean 'swap'?``), or, when
+    none is close, with every known one (``(known: a, b)``)."""
+    close = did_you_mean(word, known)
+    if close is not None:
+        return f"{said}; did you mean {close!r}?"
+    return f"{said} (known: {', '.join(known) or 'any id'})"
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> Optional[str]:
+    """The known word closest to a misspelt one (difflib's ratio of at least 0.6), or None."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(known), n=1) if word else []
+    return close[0] if close else None
 
 
 def builtin_checks() -> Tuple[Type[Check], ...]:

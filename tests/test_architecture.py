@@ -32,6 +32,7 @@ def tree_block() -> str:
     lines += _row("  (top)", sorted(p.stem for p in doctor.glob("*.py")))
     lines.append("checks/        strata_doctor.checks: one module per check (a package for a long one)")
     lines.append("templates/     strata_doctor.templates: what the fixes render (Jinja2)")
+    lines.append("docs/checks/   strata_doctor.pages: one page per check, what `explain` prints")
     return "\n".join(lines)
 
 

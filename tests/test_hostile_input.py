@@ -124,7 +124,7 @@ def test_a_closed_pipe_ends_by_sigpipe_not_a_verdict(args: List[str]) -> None:
     assert closed_pipe_run([*args, *host]) == -signal.SIGPIPE
 
 
-@pytest.mark.parametrize("args", [["--help"], ["check", "--help"], ["report", "-h"], ["--version"]])
+@pytest.mark.parametrize("args", [["--help"], ["check", "--help"], ["report", "-h"], ["--version"], ["-V"]])
 def test_help_into_a_closed_pipe_is_exit_0(args: List[str]) -> None:
     assert closed_pipe_run(args) == 0
 

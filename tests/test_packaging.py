@@ -40,6 +40,7 @@ def test_wheel_maps_the_folders_into_one_import_package(wheel: Path) -> None:
     assert "strata_doctor/checks/numa_binding.py" in names
     assert "strata_doctor/templates/numa-dropin.conf.j2" in names
     assert "strata_doctor/py.typed" in names
+    assert "strata_doctor/pages/numa-binding.md" in names  # docs/checks, for `explain`
 
 
 def test_installed_wheel_runs_a_check_with_its_templates(wheel: Path, tmp_path: Path) -> None:
@@ -64,6 +65,12 @@ def test_installed_wheel_runs_a_check_with_its_templates(wheel: Path, tmp_path: 
         capture_output=True, text=True, env=env, cwd=tmp_path, check=False,
     )
     assert imported.stdout.startswith(str(target))
+    explained = subprocess.run(
+        [sys.executable, "-m", "strata_doctor", "explain", "numa-binding/unbound"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, check=False,
+    )
+    assert explained.returncode == 0, explained.stderr
+    assert explained.stdout.startswith("# numa-binding\n") and "| `unbound` | error |" in explained.stdout
 
 
 def _declared_packages() -> Tuple[Dict[str, str], List[str]]:
@@ -74,10 +81,13 @@ def _declared_packages() -> Tuple[Dict[str, str], List[str]]:
 
 
 def _folder_packages(package_dir: Dict[str, str]) -> Set[str]:
-    """Every folder with an ``__init__.py`` under the mapped folders, by its import name."""
+    """Every folder with an ``__init__.py`` under the mapped folders, by its import name, and
+    every mapped folder of data alone (``strata_doctor.pages``: docs/checks, no Python)."""
     found = set()
     for name, folder in package_dir.items():
         top = REPO / folder
+        if not any(top.rglob("*.py")):
+            found.add(name)
         for init in top.rglob("__init__.py"):
             rel = init.parent.relative_to(top).parts
             found.add(".".join((name, *rel)))
@@ -100,3 +110,5 @@ def test_the_wheel_holds_every_module_of_every_folder(wheel: Path) -> None:
     for folder, prefix in folders.items():
         for module in (REPO / folder).rglob("*.py"):
             assert f"{prefix}/{module.relative_to(REPO / folder).as_posix()}" in names, module
+    for page in (REPO / "docs" / "checks").glob("*.md"):  # what `explain` prints
+        assert f"strata_doctor/pages/{page.name}" in names, page

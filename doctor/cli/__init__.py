@@ -8,7 +8,7 @@ import contextlib
 import importlib
 import os
 import sys
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import click
 
@@ -19,6 +19,7 @@ from strata_doctor import __version__
 LAZY_COMMANDS: Dict[str, str] = {
     "check": "strata_doctor.cli.check:check_command",
     "list-checks": "strata_doctor.cli.check:list_checks_command",
+    "explain": "strata_doctor.cli.explain:explain_command",
     "map": "strata_doctor.cli.map:map_command",
     "fix": "strata_doctor.cli.fix:fix_command",
     "report": "strata_doctor.cli.report:report_command",
@@ -58,6 +59,18 @@ class LazyGroup(click.Group):
         command = getattr(importlib.import_module(module), attr)
         assert isinstance(command, click.Command)
         return command
+
+    def resolve_command(self, ctx: click.Context,
+                        args: List[str]) -> Tuple[Optional[str], Optional[click.Command], List[str]]:
+        """A misspelt command is refused with the closest name (``chek``: did you mean
+        'check'?); click's own refusal names none."""
+        name = args[0] if args else ""
+        if (not ctx.resilient_parsing and name and not name.startswith("-")
+                and self.get_command(ctx, name) is None):
+            from strata_doctor.registry import unknown_word
+
+            ctx.fail(unknown_word(f"No such command {name!r}", name, self.list_commands(ctx)))
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The commands, each with the first sentence of its help whole: click cuts it at the
@@ -168,7 +181,7 @@ def _end_on_closed_pipe() -> None:
     atexit._run_exitfuncs()  # e.g. removing a replayed bundle's temporary tree
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.flush()
-    if any(arg in ("-h", "--help", "--version") for arg in sys.argv[1:]):
+    if any(arg in ("-h", "--help", "-V", "--version") for arg in sys.argv[1:]):
         os._exit(0)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGPIPE)
@@ -195,7 +208,7 @@ def _leave_now(code: int) -> None:
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="strata-doctor")
+@click.version_option(__version__, "-V", "--version", prog_name="strata-doctor")
 def main() -> None:
     """Find what makes this host slow or unstable for the Strata engine, and fix it."""
 

@@ -11,6 +11,8 @@ from strata_doctor.cli.options import (
     FAIL_ON,
     UsageFailure,
     a_path,
+    complete_checks,
+    complete_ids,
     host_from_kwargs,
     host_options,
     known_ids,
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
 
 
 @click.command("check")
-@click.argument("check_ids", nargs=-1, metavar="[CHECK_ID]...")
+@click.argument("check_ids", nargs=-1, metavar="[CHECK_ID]...", shell_complete=complete_checks)
 @host_options
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "prometheus", "nfd"]), default="text",
               show_default=True, help="prometheus: node_exporter textfile; nfd: node-feature-discovery.")
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
               help="With prometheus or nfd: write FILE atomically ('-': standard output). FILE must "
                    "be a regular file, absent or /dev/null: folders, FIFOs, other devices, sockets "
                    "and symbolic links are refused.")
-@click.option("--ignore", multiple=True, metavar="ID",
+@click.option("--ignore", multiple=True, metavar="ID", shell_complete=complete_ids,
               help="Downgrade this check's (or CHECK/FINDING's) findings to info; repeatable.")
 @click.option("--fail-on", type=FAIL_ON, default="error", show_default=True,
               help="Lowest severity that makes the exit code 1.")

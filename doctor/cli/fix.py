@@ -19,6 +19,7 @@ import click
 
 from strata_doctor.cli.options import (
     UsageFailure,
+    complete_ids,
     host_from_kwargs,
     host_options,
     known_ids,
@@ -41,8 +42,10 @@ def _numa_choice(value: Optional[str]) -> Optional[str]:
 @host_options
 @click.option("--apply", "do_apply", is_flag=True, help="Carry out the plan (needs root on /).")
 @click.option("--revert", is_flag=True, help="Undo the last apply, byte for byte.")
-@click.option("--only", multiple=True, metavar="ID", help="Fix only this check (or CHECK/FINDING).")
-@click.option("--skip", multiple=True, metavar="ID", help="Leave this check (or CHECK/FINDING) alone.")
+@click.option("--only", multiple=True, metavar="ID", shell_complete=complete_ids,
+              help="Fix only this check (or CHECK/FINDING).")
+@click.option("--skip", multiple=True, metavar="ID", shell_complete=complete_ids,
+              help="Leave this check (or CHECK/FINDING) alone.")
 @click.option("--numa", metavar="auto|off|N",
               help="Node to bind the engine to: auto = the GPU's node, off = no binding fixes, N = node N.")
 @click.option("--reserve-node", is_flag=True,

@@ -20,6 +20,8 @@ from typing import (
 import click
 
 if TYPE_CHECKING:  # imported where used: --help and usage errors never load the host's layers
+    from click.shell_completion import CompletionItem
+
     from strata_doctor.check import Check
     from strata_doctor.context import HostContext
     from strata_doctor.model import CheckResult, Crash
@@ -63,10 +65,11 @@ def host_options(func: F) -> F:
     """Add ``--root``, ``--bundle``, ``--config``, ``--arena``, ``--kv``, ``--gpu``, ``--unit``."""
     options = [
         click.option("--root", default="/", show_default=True, metavar="DIR", callback=_root_dir,
+                     shell_complete=complete_folders,
                      help="Read the host from this captured tree instead of /."),
         click.option("--bundle", metavar="FILE", callback=a_path,  # a missing FILE: _unpack_bundle
-                     help="Replay a host from a report bundle (.tar.gz)."),
-        click.option("--config", metavar="FILE", callback=a_path,
+                     shell_complete=complete_files, help="Replay a host from a report bundle (.tar.gz)."),
+        click.option("--config", metavar="FILE", callback=a_path, shell_complete=complete_files,
                      help="Engine config (default: /etc/strata-doctor.yaml under the root)."),
         click.option("--arena", metavar="SIZE", help="Pinned expert arena, e.g. 46.84GiB."),
         click.option("--kv", metavar="SIZE", help="Pinned K/V cache, e.g. 3.09GiB."),
@@ -223,7 +226,9 @@ def select_checks(ids: Sequence[str]) -> Tuple[List[Type["Check"]], List["Crash"
     known = {c.id: c for c in checks}
     unknown = [i for i in ids if i not in known]
     if unknown:
-        raise UsageFailure(f"unknown check {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        from strata_doctor.registry import unknown_word
+
+        raise UsageFailure(unknown_word(f"unknown check {unknown[0]!r}", unknown[0], sorted(known)))
     return [known[i] for i in ids], [c for c in failed if c.check in ids]
 
 
@@ -239,3 +244,38 @@ def run_selected(ctx: "HostContext", ids: Sequence[str], ignore: Sequence[str]) 
 
 
 FAIL_ON = click.Choice(["error", "warning"])
+
+
+def complete_checks(ctx: click.Context, param: click.Parameter, incomplete: str) -> List[str]:
+    """Shell completion of a check id (``check numa-<TAB>``)."""
+    from strata_doctor.registry import all_checks
+
+    checks, failed = all_checks()
+    ids = [c.id for c in checks] + [c.check for c in failed]
+    return [i for i in ids if i.startswith(incomplete)]
+
+
+def complete_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> List[str]:
+    """Shell completion of ``CHECK`` or ``CHECK/FINDING`` (``--ignore swap/<TAB>``)."""
+    from strata_doctor.registry import all_checks
+
+    check, slash, _ = incomplete.partition("/")
+    if not slash:
+        return complete_checks(ctx, param, incomplete)
+    checks, _failed = all_checks()
+    findings = next((c.findings for c in checks if c.id == check), ())
+    return [f"{check}/{f}" for f in findings if f"{check}/{f}".startswith(incomplete)]
+
+
+def complete_folders(ctx: click.Context, param: click.Parameter, incomplete: str) -> List["CompletionItem"]:
+    """Shell completion of a folder (``--root``): the shell's own, of folders."""
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type="dir")]
+
+
+def complete_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> List["CompletionItem"]:
+    """Shell completion of a file (``--bundle``, ``--config``): the shell's own, of files."""
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type="file")]

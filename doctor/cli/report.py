@@ -18,6 +18,7 @@ from strata_doctor.cli.options import (
     FAIL_ON,
     UsageFailure,
     a_path,
+    complete_ids,
     host_from_kwargs,
     host_options,
     known_ids,
@@ -54,7 +55,7 @@ def report_host_options(func: F) -> F:
                    "and not the same file.")
 @click.option("--no-redact", is_flag=True,
               help="Keep host names, addresses, users and serials (the report says so at the top).")
-@click.option("--ignore", multiple=True, metavar="ID",
+@click.option("--ignore", multiple=True, metavar="ID", shell_complete=complete_ids,
               help="Downgrade this check's (or CHECK/FINDING's) findings to info; repeatable.")
 @click.option("--fail-on", type=FAIL_ON, default="error", show_default=True,
               help="Lowest severity that makes the verdict 'not ready'.")
