@@ -33,7 +33,7 @@ WRITERS = {
 
 def command(name: str, host: Path, path: str, other: Path) -> List[str]:
     args = [a.replace("{path}", path).replace("{other}", str(other)) for a in WRITERS[name]]
-    return args + ["--root", str(host)]
+    return [*args, "--root", str(host)]
 
 
 class Reader(threading.Thread):
