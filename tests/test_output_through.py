@@ -153,3 +153,21 @@ def test_a_socket_is_still_refused(tmp_path: Path) -> None:
     with pytest.raises(OutputError, match="is a socket, not a regular file"):
         write_bytes(str(path), b"data")
     assert stat.S_ISSOCK(os.lstat(path).st_mode)
+
+
+def test_a_terminal_takes_the_report_but_not_the_bundle(two_node_host: Path, tmp_path: Path) -> None:
+    """A terminal is a character device, written through; the bundle is binary, refused there."""
+    main, side = os.openpty()
+    try:
+        terminal = os.ttyname(side)
+        refused = run_cli(["report", "--root", str(two_node_host), "--output", str(tmp_path / "r.md"),
+                           "--bundle", terminal])
+        assert refused.exit_code == 2
+        assert refused.stderr.splitlines() == [
+            f"strata-doctor: error: --bundle {terminal}: is a terminal; the bundle is binary: "
+            "name a file or a pipe"]
+        shown = run_cli(["check", "--root", str(two_node_host), "-q", "--output", terminal])
+        assert shown.exit_code in (0, 1) and shown.stdout == ""
+    finally:
+        os.close(side)
+        os.close(main)

@@ -92,14 +92,7 @@ def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], n
 
 def _check_outputs(output: Optional[str], bundle_out: Optional[str]) -> None:
     """Refuse output paths before any work (docs/report.md#output-paths)."""
-    from strata_doctor.output.files import (
-        OutputError,
-        check_path,
-        is_stdout,
-        is_terminal,
-        same_file,
-        stdout_is_terminal,
-    )
+    from strata_doctor.output.files import OutputError, check_path, same_file
 
     for option, path in (("--output", output), ("--bundle", bundle_out)):
         if path is None:
@@ -112,6 +105,14 @@ def _check_outputs(output: Optional[str], bundle_out: Optional[str]) -> None:
         # The bundle is written first: the report would then replace it.
         raise UsageFailure(f"--output {output}: is the file --bundle names ({bundle_out}); "
                            "give each its own file")
+    _bundle_destination(output, bundle_out)
+
+
+def _bundle_destination(output: Optional[str], bundle_out: Optional[str]) -> None:
+    """The bundle is binary: never to a terminal; to standard output only with the report
+    in its own file."""
+    from strata_doctor.output.files import is_stdout, is_terminal, stdout_is_terminal
+
     if is_terminal(bundle_out):
         raise UsageFailure(f"--bundle {bundle_out}: is a terminal; the bundle is binary: "
                            "name a file or a pipe")
