@@ -178,7 +178,7 @@ def _write_bundle(path: str, parts: Tuple[Any, List[Any]], redactor: Any, markdo
     # The report's own count (Report.unreadable), said in the report's words.
     unread = could_not_read(info.unreadable) + (", listed in manifest.json" if info.unreadable else "")
     click.echo(
-        f"strata-doctor: wrote {where} ({info.size / 1024:.1f} KiB, {info.entries} entries, {unread}); "
+        f"strata-doctor: wrote {where} ({info.size / 1024:.1f} KiB, {info.entries:,} entries, {unread}); "
         f"replay with: strata-doctor check --bundle {replay}",
         err=True,
     )
