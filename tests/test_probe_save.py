@@ -100,6 +100,21 @@ def test_a_file_in_the_folders_place_is_refused_before_measuring(fake: Callable[
     assert result.stderr.count("\n") == 1
 
 
+def test_a_failed_save_keeps_the_figures_and_says_why(fake: Callable[..., object],
+                                                       tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A save that fails after the measurement (the folder changed since it was asked)."""
+    fake()
+    monkeypatch.setattr(cli_probe, "save_refusal", lambda root: None)
+    (tmp_path / "var").write_text("not a folder")
+    result = run_cli(["probe", "--size", "8MiB", "--seconds", "0.1", "--no-gpu", "--save"])
+    assert result.exit_code == 2
+    assert "Read bandwidth (GB/s)" in result.stdout
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"strata-doctor: error: cannot save {tmp_path}/var/lib/strata-doctor/probe.json: ")
+
+
 def test_output_writes_the_result_to_a_file(fake: Callable[..., object], tmp_path: Path) -> None:
     fake()
     out = tmp_path / "probe.json"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Dict, FrozenSet, List, Optional, Tuple, Union
+from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple, Union
 
 _SIZE_UNITS = {
     "": 1,
@@ -219,6 +219,17 @@ def parse_setting_size(text: str, zero_ok: bool = False, unit_required: bool = T
     if value > MAX_SETTING_SIZE:  # 1PiB itself is taken: "more than" says so
         raise ValueError(f"{text!r} is more than 1 PiB; no host has that much memory")
     return value
+
+
+def format_nodes(nodes: Union[str, Iterable[int]]) -> str:
+    """NUMA nodes in words: ``node 1``, ``nodes 0,1`` (``nodes 0-3`` for a range), from ids or
+    from the comma list numactl and systemd write; never ``node(s)``."""
+    if isinstance(nodes, str):
+        parts = [p.strip() for p in nodes.split(",") if p.strip()]
+    else:
+        parts = [str(n) for n in sorted(nodes)]
+    plural = len(parts) != 1 or "-" in parts[0]
+    return ("nodes " if plural else "node ") + ",".join(parts)
 
 
 def format_count(value: int) -> str:
