@@ -21,8 +21,8 @@ class ArenaFit(Check):
     box that is 46.84 + 3.09 + 4.00 = 53.93 GiB against node 1's 63.00 GiB: it fits with
     9.07 GiB to spare. Both verdicts are one sentence: the sum, ``fits`` or ``does not
     fit``, the node's MemTotal, and what is to spare or short.
-    Reads ``/sys/devices/system/node/nodeN/meminfo`` (MemTotal, MemFree) for the planned
-    node(s). With no planned node (no compute GPU, one node, or ``numa: off``) the whole
+    Reads ``/sys/devices/system/node/nodeN/meminfo`` (MemTotal, MemFree) for each planned
+    node. With no planned node (no compute GPU, one node, or ``numa: off``) the whole
     host counts: ``/proc/meminfo``'s MemTotal, or, in a capture without it, the sum of every
     node's MemTotal; on two or more nodes the finding names the node with the most MemFree,
     where the engine's memory would best go. Memory the running engine already holds on the

@@ -7,7 +7,7 @@ from typing import Iterator, List, Optional, Tuple
 from strata_doctor.check import Check
 from strata_doctor.context import HostContext
 from strata_doctor.facts.cgroup import EngineLimits, Limit, NodeSet
-from strata_doctor.facts.parse import format_bytes, format_cpulist
+from strata_doctor.facts.parse import format_bytes, format_cpulist, format_nodes
 from strata_doctor.model import Evidence, Finding, Fix, ManualStep, Severity
 
 
@@ -106,7 +106,7 @@ class CgroupLimits(Check):
                 f"{where}: cpuset.mems is {mems.text} and excludes node {node}, {gpu}: no "
                 "NUMA policy can place the arena there",
                 detail="The kernel clips every memory policy (NUMAPolicy=, numactl, mbind) to the "
-                f"cgroup's cpuset, so the arena lands on node(s) {format_cpulist(mems.ids)} "
+                f"cgroup's cpuset, so the arena lands on {format_nodes(format_cpulist(mems.ids))} "
                 "and every expert read crosses the socket link.",
                 evidence=(Evidence(mems.source, mems.text),),
                 fix=self._cpuset_fix(ctx, limits, node),

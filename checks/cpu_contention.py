@@ -58,7 +58,7 @@ class CpuContention(Check):
             yield self.finding(
                 "configured", Severity.INFO,
                 f"node {node_text} is reserved in the unit files ({fenced}); "
-                f"{len(others)} processes still run there until `systemctl daemon-reload`",
+                f"{len(others):,} processes still run there until `systemctl daemon-reload`",
                 evidence=tuple(
                     Evidence(path, f"AllowedCPUs={value}")
                     for path, value in ctx.reserved_unit_cpus
@@ -76,12 +76,12 @@ class CpuContention(Check):
         names = ", ".join(f"{p.name} ({p.pid}) {p.cpu_share(uptime):.2f}" for p in top)
         return self.finding(
             "shared-cpus", Severity.INFO,
-            f"{len(others)} other processes may run on node {node_text}'s CPUs "
+            f"{len(others):,} other processes may run on node {node_text}'s CPUs "
             f"({format_cpulist(cpus)}); together they averaged {load:.2f} CPUs",
             detail=f"Busiest (average CPUs since start): {names}. "
             "`strata-doctor fix --reserve-node` gives the engine its own slice on this node "
             "and moves system.slice, user.slice and init.scope to the other nodes.",
-            evidence=(Evidence("/proc/*/status", f"{len(others)} processes with Cpus_allowed_list "
+            evidence=(Evidence("/proc/*/status", f"{len(others):,} processes with Cpus_allowed_list "
                                f"overlapping {format_cpulist(cpus)}"),),
         )
 

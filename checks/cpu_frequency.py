@@ -200,7 +200,7 @@ def _clock_range(low: List[FreqPolicy], lowest: List[int]) -> str:
 def _scope(cpus: FrozenSet[int], where: str) -> str:
     """The pool's CPUs, said for where they are: ``all 32 CPUs``, ``node 1's 44 CPUs (...)``,
     ``the running engine's allowed CPUs (0-3)``, ``the 6 CPUs every service may run on (...)``."""
-    count = f"{len(cpus)} CPU" + ("" if len(cpus) == 1 else "s")
+    count = f"{len(cpus):,} CPU" + ("" if len(cpus) == 1 else "s")
     listed = format_cpulist(cpus)
     if where == "the host":
         return f"all {count}" if len(cpus) > 1 else f"the host's one CPU ({listed})"
@@ -218,7 +218,7 @@ def _count(policies: List[FreqPolicy], cpus: FrozenSet[int]) -> str:
 def _share(policies: List[FreqPolicy], cpus: FrozenSet[int], scope: str) -> str:
     """``scope`` when the policies cover every one of ``cpus``, else ``N of scope``."""
     covered = frozenset().union(*(p.cpus for p in policies)) & cpus
-    return scope if covered == cpus else f"{len(covered)} of {scope}"
+    return scope if covered == cpus else f"{len(covered):,} of {scope}"
 
 
 DRIVER_NOTES = {"intel_cpufreq": "intel_pstate in passive mode", "amd-pstate": "amd-pstate in passive mode"}

@@ -70,7 +70,7 @@ class CpuIsolation(Check):
 
     def _isolated(self, verdict: IsolationVerdict, facts: IsolationFacts) -> Finding:
         isolated = verdict.isolated or frozenset()
-        share = f"{len(isolated)} of {_place(verdict.where)} {len(verdict.planned)} CPUs"
+        share = f"{len(isolated):,} of {_place(verdict.where)} {len(verdict.planned):,} CPUs"
         evidence = _isolation_evidence(facts)
         nohz = _nohz_note(facts, isolated)
         if verdict.all_isolated:
@@ -87,7 +87,7 @@ class CpuIsolation(Check):
         return self.finding(
             "isolated-left-out", Severity.INFO,
             f"{facts.isolated_source} keeps {share} ({format_cpulist(isolated)}) out of the "
-            f"scheduler's balancing; the engine runs on the other {len(verdict.balanced)}",
+            f"scheduler's balancing; the engine runs on the other {len(verdict.balanced):,}",
             detail=f"{PINNED} The binding plan and the pool's CPUs leave them out, so the pool is "
             f"balanced over {format_cpulist(verdict.balanced)}; what they were isolated for keeps "
             f"them.{nohz}",
@@ -98,9 +98,9 @@ class CpuIsolation(Check):
         iso = facts.cmdline.isolcpus if facts.cmdline is not None else None
         assert iso is not None  # _irq_only() ruled this out
         cpus = iso.cpus & verdict.planned
-        named = (f"all {len(cpus)} of {_place(verdict.where)} CPUs, which it names,"
+        named = (f"all {len(cpus):,} of {_place(verdict.where)} CPUs, which it names,"
                  if cpus == verdict.planned else
-                 f"the {len(cpus)} of {_place(verdict.where)} {len(verdict.planned)} CPUs it names")
+                 f"the {len(cpus):,} of {_place(verdict.where)} {len(verdict.planned):,} CPUs it names")
         return self.finding(
             "managed-irq-only", Severity.INFO,
             f"{iso.word} has no domain flag: {named} stay in the scheduler's balancing, and only "
@@ -115,7 +115,7 @@ class CpuIsolation(Check):
         affinity = verdict.confined
         assert affinity is not None  # run() ruled this out
         unit = ctx.config.unit
-        cpus = f"{len(affinity.cpus)} of {verdict.online} CPUs ({format_cpulist(affinity.cpus)})"
+        cpus = f"{len(affinity.cpus):,} of {verdict.online:,} CPUs ({format_cpulist(affinity.cpus)})"
         evidence = (Evidence(affinity.source, affinity.setting),)
         if verdict.own is not None:
             return self.finding(
@@ -132,7 +132,7 @@ class CpuIsolation(Check):
             f"{affinity.setting} confines every service, {unit} included, to {cpus}",
             detail=f"systemd gives every unit that sets no CPUAffinity= of its own this affinity, "
             f"so the engine runs on these CPUs, {inside} of them among {_place(verdict.where)} "
-            f"{len(verdict.planned)} planned CPUs. "
+            f"{len(verdict.planned):,} planned CPUs. "
             + ("numa-binding's drop-in sets CPUAffinity= for the plan's CPUs, which replaces it. "
                if verdict.where != "the host" else
                f"Give {unit} its own CPUAffinity= (a drop-in) for the CPUs it should use, or "
@@ -156,14 +156,14 @@ class CpuIsolation(Check):
         if facts.cmdline is None:  # no systemd.cpu_affinity= to read: say only what sysfs says
             return self.finding(
                 "not-isolated", Severity.OK,
-                f"none of {_place(verdict.where)} {len(verdict.planned)} CPUs is isolated from "
+                f"none of {_place(verdict.where)} {len(verdict.planned):,} CPUs is isolated from "
                 f"the scheduler ({ISOLATED}); {CMDLINE} is missing, so systemd.cpu_affinity= is "
                 "unknown",
                 evidence=_isolation_evidence(facts) + _conf_evidence(facts),
             )
         return self.finding(
             "none", Severity.OK,
-            f"none of {_place(verdict.where)} {len(verdict.planned)} CPUs is isolated from the "
+            f"none of {_place(verdict.where)} {len(verdict.planned):,} CPUs is isolated from the "
             "scheduler, and no systemd CPUAffinity= confines the services",
             evidence=_isolation_evidence(facts) + _conf_evidence(facts),
         )
@@ -185,7 +185,7 @@ def _nohz_note(facts: IsolationFacts, cpus: FrozenSet[int]) -> str:
     nohz = (facts.nohz_full or frozenset()) & cpus
     if not nohz:
         return ""
-    return (f" nohz_full also stops the scheduler tick on {len(nohz)} of them while one thread "
+    return (f" nohz_full also stops the scheduler tick on {len(nohz):,} of them while one thread "
             "runs there, which suits one pinned thread per CPU.")
 
 

@@ -52,7 +52,7 @@ class ExpertWorkers(Check):
         evidence = [Evidence(ctx.config.source or "config", f"workers: {workers}"), counted]
         logical = len(cpus)
         place = f"{where}'s" if where != "the host" else "the host's"
-        has = f"{place} {cores} physical cores ({logical} CPUs: {format_cpulist(cpus)})"
+        has = f"{place} {cores:,} physical cores ({logical:,} CPUs: {format_cpulist(cpus)})"
         suggest = _suggestion(cores)
         pinned = _pinned_note(ctx, cpus)
         if workers > logical:
@@ -98,10 +98,10 @@ def _cores(ctx: HostContext, cpus: FrozenSet[int]) -> Tuple[int, Evidence]:
                                format_cpulist(example))
     if groups and cpus <= frozenset().union(*groups):  # counted from the lists, no SMT
         return cores, Evidence(f"/sys/devices/system/cpu/cpu*/topology/{cpu.siblings_file}",
-                               f"{len(cpus)} CPUs, each its own sibling list")
+                               f"{len(cpus):,} CPUs, each its own sibling list")
     from_cpuinfo = cpu.core_ids_source == "/proc/cpuinfo"
     pair = "(physical id, core id)" if from_cpuinfo else "(physical_package_id, core_id)"
-    return cores, Evidence(cpu.core_ids_source, f"{cores} distinct {pair} among {len(cpus)} CPUs")
+    return cores, Evidence(cpu.core_ids_source, f"{cores} distinct {pair} among {len(cpus):,} CPUs")
 
 
 def _pinned_note(ctx: HostContext, cpus: FrozenSet[int]) -> str:

@@ -130,7 +130,7 @@ class NumaBalancing(Check):
         node_text = ", ".join(str(n.id) for n in nodes)
         return self.finding(
             "enabled", Severity.WARNING,
-            f"automatic NUMA balancing is {mode} ({KEY} = {facts.mode}) on {len(nodes)} CPU nodes "
+            f"automatic NUMA balancing is {mode} ({KEY} = {facts.mode}) on {len(nodes):,} CPU nodes "
             f"({node_text}): the kernel migrates the arena's pages while the pool reads them"
             + _since_boot(facts),
             detail="The kernel unmaps pages at intervals to sample which CPUs touch them, then "

@@ -197,8 +197,8 @@ def _start_cpus(ctx: HostContext) -> StartCpus:
     else:
         cpus, whose = service_cpus(ctx.cpu_isolation, online), "systemd starts every service on"
     if not cpus or cpus >= online:
-        return StartCpus(frozenset(online), f"all {len(online)} CPUs")
-    return StartCpus(cpus, f"the {len(cpus)} of {len(online)} CPUs {whose} ({format_cpulist(cpus)})")
+        return StartCpus(frozenset(online), f"all {len(online):,} CPUs")
+    return StartCpus(cpus, f"the {len(cpus):,} of {len(online):,} CPUs {whose} ({format_cpulist(cpus)})")
 
 
 def _first_touch(ctx: HostContext, cpus: FrozenSet[int]) -> str:
@@ -215,9 +215,9 @@ def _binding_keeps(ctx: HostContext, plan: BindingPlan, start: FrozenSet[int]) -
     """What binding gives the pool, against the CPUs it runs on unbound."""
     cores, planned = ctx.cpu.cores_in(plan.cpus), format_cpulist(plan.cpus)
     if len(plan.cpus) < len(start):
-        return (f"Binding keeps {cores} of {ctx.cpu.cores_in(start)} cores ({len(plan.cpus)} of "
-                f"{len(start)} CPUs: {planned}) and is still faster, because every expert read is local.")
-    return (f"Binding runs it on {cores} cores ({len(plan.cpus)} CPUs: {planned}), where every "
+        return (f"Binding keeps {cores:,} of {ctx.cpu.cores_in(start):,} cores ({len(plan.cpus):,} of "
+                f"{len(start):,} CPUs: {planned}) and is still faster, because every expert read is local.")
+    return (f"Binding runs it on {cores:,} cores ({len(plan.cpus):,} CPUs: {planned}), where every "
             "expert read is local.")
 
 

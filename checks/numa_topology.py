@@ -44,7 +44,7 @@ class NumaTopology(Check):
             node = numa.nodes[0]
             yield self.finding(
                 "single-node", Severity.OK,
-                f"one NUMA node ({len(node.cpus)} CPUs, {_memory(node.memory_total)}): "
+                f"one NUMA node ({len(node.cpus):,} CPUs, {_memory(node.memory_total)}): "
                 "nothing to bind",
                 evidence=evidence,
             )
@@ -96,7 +96,7 @@ class NumaTopology(Check):
             f"node{n.id}: {format_cpulist(n.cpus) or 'no CPUs'}, {_memory(n.memory_total)}"
             for n in numa.nodes
         ]
-        summary = f"{len(numa.nodes)} NUMA nodes"
+        summary = f"{len(numa.nodes):,} NUMA nodes"
         if remote:
             summary += f", distance {local}/{remote} (remote memory {remote / local:.1f}x local)"
         detail = "; ".join(parts) + "."

@@ -173,7 +173,7 @@ class Oomd(Check):
                             evidence=evidence, fix=self._fix(facts))
 
     def _earlier_kills(self, kills: Tuple[OomdKill, ...]) -> str:
-        return (f" The journal shows {len(kills)} earlier kill{'s' if len(kills) != 1 else ''} "
+        return (f" The journal shows {len(kills):,} earlier kill{'s' if len(kills) != 1 else ''} "
                 f"of the engine (last {kills[-1].time}); it is running normally now.")
 
     def _reasons(self, facts: OomdFacts, projection: Optional[MemoryProjection],
@@ -182,7 +182,7 @@ class Oomd(Check):
         in a loop, or its start leaves less than the headroom."""
         reasons: List[str] = []
         if kills and looping:
-            reasons.append(f"it has already killed the engine {len(kills)} time"
+            reasons.append(f"it has already killed the engine {len(kills):,} time"
                            f"{'s' if len(kills) != 1 else ''} (last {kills[-1].time or 'time unknown'})"
                            f"{self._restarts(facts)}")
         if projection is not None and projection.short:
@@ -193,7 +193,7 @@ class Oomd(Check):
     def _nearby_detail(self, nearby: List[OomdKill]) -> str:
         last = nearby[-1]
         plural = "s" if len(nearby) != 1 else ""
-        return (f" oomd has already killed {len(nearby)} other cgroup{plural} under the cgroups it "
+        return (f" oomd has already killed {len(nearby):,} other cgroup{plural} under the cgroups it "
                 f"watches here (last {last.time}: {last.cgroup}, {last.reason}); the engine's "
                 "cgroup is a candidate in the same way.")
 
@@ -202,7 +202,7 @@ class Oomd(Check):
         plural = "s" if len(nearby) != 1 else ""
         watched = ", ".join(w.path for w in exposure.effective_watch)
         return Evidence("$ journalctl -u systemd-oomd",
-                        f"{len(nearby)} kill{plural} under {watched}; last {last.time} {last.cgroup}")
+                        f"{len(nearby):,} kill{plural} under {watched}; last {last.time} {last.cgroup}")
 
     def _chain(
         self, ctx: HostContext, facts: OomdFacts, exposure: Exposure, evidence: Tuple[Evidence, ...],
@@ -213,7 +213,7 @@ class Oomd(Check):
         kills = facts.engine_kills()
         watch = self._pressure_watch(exposure)
         limit_text = self._limit_text(facts, watch)
-        killed = (f"{len(kills)} kill{'s' if len(kills) != 1 else ''} of it in the journal, last "
+        killed = (f"{len(kills):,} kill{'s' if len(kills) != 1 else ''} of it in the journal, last "
                   f"{kills[-1].time}" if kills else "no kill in the journal read")
         summary = (
             f"one failure chain ({CHAIN}): MAP_HUGETLB fails (pool {format_count(pool.total)}, free "
@@ -386,7 +386,7 @@ class Oomd(Check):
     def _journal_evidence(self, facts: OomdFacts) -> List[Evidence]:
         kills = facts.engine_kills()
         if kills:
-            return [Evidence("$ journalctl -u systemd-oomd", f"{len(kills)} kills of the engine, last "
+            return [Evidence("$ journalctl -u systemd-oomd", f"{len(kills):,} kills of the engine, last "
                              f"{kills[-1].time}: {kills[-1].reason}")]
         if facts.journal_reason:
             return [Evidence("$ journalctl -u systemd-oomd", facts.journal_reason)]

@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.facts.gpu import PCIE_GENERATIONS, Gpu, speed_text
+from strata_doctor.facts.gpu import Gpu, PcieLink, pcie_speed
 from strata_doctor.facts.nvidia_smi import NVIDIA_SMI_QUERY, SmiGpuState
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.rules.pcie import LinkReading, link_verdict, read_link
@@ -75,8 +75,9 @@ def _evidence(gpu: Gpu, smi: Optional[SmiGpuState]) -> Tuple[Evidence, ...]:
                           f"x{_said(hop.link.current_width)} at {_said(hop.link.current_speed)} (upstream)")
                  for hop in gpu.path if hop.link.known]
     if smi is not None and smi.link_known:
-        evidence.append(Evidence(NVIDIA_SMI_QUERY.key, f"Gen{smi.gen_current} x{smi.width_current} "
-                                 f"(max Gen{smi.gen_max} x{smi.width_max})"))
+        evidence.append(Evidence(NVIDIA_SMI_QUERY.key,
+                                 f"{pcie_speed(generation=smi.gen_current)} x{smi.width_current} "
+                                 f"(max {pcie_speed(generation=smi.gen_max)} x{smi.width_max})"))
     return tuple(evidence)
 
 
@@ -98,8 +99,7 @@ def _words(gpu: Gpu, reading: LinkReading, verdict: str) -> Tuple[str, str]:
                 "A PCIe switch's uplink or a root port trained narrower than the GPU's own "
                 "link; check the switch's slot, its riser and the BIOS bifurcation settings.")
     return (f"{gpu.address} runs at {reading.now}, but {limit.address} on its path to the root port "
-            f"runs at {speed_text(limit.link.current_speed)}: the GPU gets "
-            f"{_gen(limit.link.current_gts)}",
+            f"runs at {_speed(limit.link)}: the GPU gets {_gen(limit.link.current_gts)}",
             "A PCIe switch or root port above the GPU trained slower than the GPU; "
             "check the BIOS's PCIe speed setting for that slot.")
 
@@ -109,9 +109,12 @@ def _said(value: Union[int, str, None]) -> str:
     return "unknown" if value is None else str(value)
 
 
+def _speed(link: PcieLink) -> str:
+    return pcie_speed(link.current_gts, raw=link.current_speed)
+
+
 def _gen(gts: Optional[float]) -> str:
-    generation = PCIE_GENERATIONS.get(gts or 0.0)
-    return f"Gen{generation} ({gts:g} GT/s)" if generation and gts else "less"
+    return pcie_speed(gts) if gts else "less"
 
 
 def _path_note(gpu: Gpu) -> str:

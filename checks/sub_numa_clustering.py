@@ -63,7 +63,7 @@ class SubNumaClustering(Check):
         if known < len(ctx.numa.cpu_nodes):
             yield self.finding(
                 "unknown", Severity.OK,
-                f"the CPUs' packages name {known} of the {len(ctx.numa.cpu_nodes)} CPU nodes: no "
+                f"the CPUs' packages name {known} of the {len(ctx.numa.cpu_nodes):,} CPU nodes: no "
                 "node-to-socket map",
                 evidence=(Evidence(PACKAGE_SOURCE, "missing, unreadable or -1 for some nodes' CPUs"),),
             )

@@ -57,7 +57,7 @@ class VirtualNuma(Check):
         if kind.kind == "unknown":
             yield self.finding(
                 "unknown", Severity.INFO,
-                f"nothing shows whether a hypervisor presents the {len(nodes)} NUMA nodes: {kind.why}",
+                f"nothing shows whether a hypervisor presents the {len(nodes):,} NUMA nodes: {kind.why}",
                 detail="Bare metal shows as systemd-detect-virt --vm saying none, as x86 flags "
                 "without hypervisor, or as a PowerNV platform on POWER; a guest as a hypervisor "
                 "flag, a pSeries platform or systemd-detect-virt's name for it. Capture "
@@ -69,7 +69,7 @@ class VirtualNuma(Check):
             yield self._lpar(ctx, evidence)
             return
         yield self._placed(
-            ctx, "guest", f"a virtual machine ({virt.name}) with {len(nodes)} NUMA nodes: they map "
+            ctx, "guest", f"a virtual machine ({virt.name}) with {len(nodes):,} NUMA nodes: they map "
             "to the host's sockets only if the hypervisor pins vNUMA", evidence,
             "Inside a guest, numactl binds to the nodes the hypervisor presents. Unless the "
             "hypervisor pins each virtual node's vCPUs and memory to one host socket (libvirt "
@@ -85,7 +85,7 @@ class VirtualNuma(Check):
         machine = ctx.cpu_arch.machine
         return self._placed(
             ctx, "lpar", f"an IBM pSeries LPAR under PowerVM{f' ({machine})' if machine else ''} with "
-            f"{len(nodes)} NUMA nodes: they are the hypervisor's home nodes for the partition's "
+            f"{len(nodes):,} NUMA nodes: they are the hypervisor's home nodes for the partition's "
             "processors and memory, the machine's chips only as far as PowerVM placed them", evidence,
             "An LPAR of an IBM machine runs under PowerVM, which gives each of the partition's "
             "virtual processors and each range of its memory a home node (an affinity domain: a "

@@ -146,8 +146,8 @@ def _target_reason(ctx: HostContext, gpu: Optional[str], gpu_node: Optional[int]
         return "numa=off: the engine is not bound"
     if numa.isdigit():
         return f"numa={numa}: node {numa} was asked for"
-    if gpu is None:
-        return "no compute GPU found"
+    if gpu is None:  # no GPU at all, or not known: the words check uses; else a BMC's display
+        return "no compute GPU found" if ctx.gpus else ctx.compute_gpu[1]
     if gpu_node is None:
         return f"the compute GPU {gpu} has no known NUMA node"
     source = ctx.placement.node_source if ctx.placement else "none"

@@ -125,7 +125,7 @@ def apply_settings(config: EngineConfig, values: Mapping[str, object], source: s
             raise ConfigError(f"{source}: {key}: expected one value, got {_container(value)}")
         if isinstance(value, (str, int)) and not isinstance(value, bool) and len(str(value)) > MAX_SETTING:
             shown = str(value)
-            raise ConfigError(f"{source}: {key}: {len(shown)} characters is too long for a "
+            raise ConfigError(f"{source}: {key}: {len(shown):,} characters is too long for a "
                               f"setting ({shown[:16]}...)")
         try:
             changes.update(_convert(key, value))

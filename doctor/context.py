@@ -94,7 +94,8 @@ class HostContext:
         """(the compute GPU, why it was chosen), or (None, why there is none): a BMC's or a
         hypervisor's display chip is never taken unless ``--gpu`` or the config names it."""
         config = self.config if self.gpu_choice == self.config.gpu else EngineConfig()
-        return choose_compute_gpu(self.gpus, self.gpu_choice, config.gpu_named_by, config.gpu_setting)
+        return choose_compute_gpu(self.gpus, self.gpu_choice, config.gpu_named_by, config.gpu_setting,
+                                  bool(self.gpus) or bool(self.pci_addresses))
 
     @cached_property
     def placement(self) -> Optional[GpuPlacement]:

@@ -188,10 +188,10 @@ def _cell_changes(**row: Any) -> Dict[str, Any]:
     (json.dumps(seed_probe()).replace('"seconds": 10.0', '"seconds": 1e999'), "seconds is not a number"),
     (seed_probe(matrix=[{"cpu_node": n, "mem_node": n, "read_gbps": 1.0, "latency_ns": 1.0,
                          "placed_fraction": 1.0, "threads": 1} for n in range(5000)]),
-     "matrix has 5000 cells, more than 4096"),
+     "matrix has 5,000 cells, more than 4,096"),
     (seed_probe(matrix=[{"cpu_node": n, "mem_node": 4000 - n, "read_gbps": 1.0, "latency_ns": 1.0,
                          "placed_fraction": 1.0, "threads": 1} for n in range(100)]),
-     "matrix spans 100 CPU nodes x 100 memory nodes, more than 4096 cells"),
+     "matrix spans 100 CPU nodes x 100 memory nodes, more than 4,096 cells"),
 ])
 def test_a_bad_saved_probe_is_unused_with_its_reason(seed_tree: Path, document: Any, why: str) -> None:
     text = document if isinstance(document, str) else json.dumps(document, allow_nan=True)

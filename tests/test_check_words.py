@@ -29,9 +29,9 @@ def test_a_link_names_pcie_once() -> None:
     link = PcieLink("2.5 GT/s PCIe", "8.0 GT/s PCIe", 16, 16)
     assert speed_text("2.5 GT/s PCIe") == "2.5 GT/s" and speed_text("8 GT/s") == "8 GT/s"
     assert speed_text(None) == "?" and speed_text("Unknown") == "Unknown"
-    assert link.text == "2.5 GT/s x16 (max 8.0 GT/s x16)"
+    assert link.text == "Gen1 (2.5 GT/s) x16 (max Gen3 (8.0 GT/s) x16)"
     assert f"PCIe {link.text}".count("PCIe") == 1
-    assert PcieLink("8.0 GT/s PCIe", "8.0 GT/s PCIe", 16, 16).text == "8.0 GT/s x16"
+    assert PcieLink("8.0 GT/s PCIe", "8.0 GT/s PCIe", 16, 16).text == "Gen3 (8.0 GT/s) x16"
     assert PcieLink(None, None, None, None).text is None
 
 

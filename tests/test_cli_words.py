@@ -72,9 +72,17 @@ def test_a_refused_plan_says_so_last(tmp_path: Path) -> None:
     numa = tree / "etc/systemd/system/strata.service.d/60-strata-doctor-numa.conf"
     numa.parent.mkdir(parents=True, exist_ok=True)
     numa.write_text("[Service]\n# written by hand\n")
-    lines = run_cli(["fix", "--root", str(tree)]).stdout.splitlines()
+    shown = run_cli(["fix", "--root", str(tree)])
+    lines = shown.stdout.splitlines()
     assert lines[-2].startswith("cannot apply: /etc/systemd/system/strata.service.d/60-strata-doctor-numa")
     assert lines[-1] == "Next: solve the problems above; --apply refuses this plan until then."
+    # The dry run exits as --apply would (docs/exit-codes.md): 2, with one line naming the problem.
+    assert shown.exit_code == 2
+    assert shown.stderr.splitlines() == ["strata-doctor: error: " + lines[-2]]
+    as_json = run_cli(["fix", "--root", str(tree), "--format", "json"])
+    assert as_json.exit_code == 2 and json.loads(as_json.stdout)["plan"]["problems"]
+    applied = run_cli(["fix", "--root", str(tree), "--apply", "--yes"])
+    assert applied.exit_code == shown.exit_code
 
 
 # -- fix --apply: what happened, and what is next ------------------------------------------

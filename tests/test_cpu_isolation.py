@@ -82,7 +82,7 @@ def _plan_cpus(tmp_path: Path, isolated: frozenset) -> tuple:  # type: ignore[ty
 def test_the_plan_leaves_a_nodes_isolated_cpus_out_or_keeps_them_all_pinned(tmp_path: Path) -> None:
     cpus, reasons = _plan_cpus(tmp_path / "some", frozenset({6, 7}))
     assert cpus == {4, 5}
-    assert reasons == ("CPUs 6-7 of node(s) 1 are isolated (no load balancing); the plan leaves "
+    assert reasons == ("CPUs 6-7 of node 1 are isolated (no load balancing); the plan leaves "
                        "them out and keeps 2 of 4 CPUs",)
     cpus, reasons = _plan_cpus(tmp_path / "all", frozenset(range(4, 8)))
     assert cpus == {4, 5, 6, 7}

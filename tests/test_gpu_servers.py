@@ -104,7 +104,8 @@ def test_an_idle_gpu_trains_down_and_nvidia_smi_is_preferred(tmp_path: Path) -> 
     root = write_tree(tmp_path / "host", files)
     idle = findings_of(check_json(root), "pcie-link")["idle-speed"]
     assert idle["severity"] == "info"
-    assert "link at Gen1 x16 (max Gen3 x16, nvidia-smi); an idle GPU trains its link down" in idle["summary"]
+    assert ("link at Gen1 (2.5 GT/s) x16 (max Gen3 (8.0 GT/s) x16, nvidia-smi); an idle GPU trains its "
+            "link down") in idle["summary"]
     state = read_smi_query(Root(root))["0000:81:00.0"]
     assert (state.gen_current, state.gen_max, state.width_current, state.width_max) == (1, 3, 16, 16)
 

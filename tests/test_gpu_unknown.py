@@ -36,4 +36,4 @@ def test_the_map_headline_follows_the_listing() -> None:
     unknown = run_cli(["map", "--root", str(HOSTS / "cpu-links-only")], env={"NO_COLOR": "1"})
     assert "GPUs unknown (no PCI functions in the tree)" in unknown.stdout.splitlines()[0]
     listed = run_cli(["map", "--root", str(HOSTS / "no-gpu")], env={"NO_COLOR": "1"})
-    assert listed.stdout.splitlines()[0].endswith(", no GPU")
+    assert listed.stdout.splitlines()[0].endswith(", no GPU found")

@@ -91,7 +91,7 @@ def test_cli_json_and_text(two_node_host: Path) -> None:
     assert data["node"] == 1 and data["cpulist"] == "4-7" and data["policy"] == "preferred"
     assert data["numactl"] == SEED_PREFIX.split()
     text = run_cli(["numa-plan", "--root", str(two_node_host)]).stdout
-    assert "bind to node(s) 1" in text and SEED_PREFIX in text
+    assert "bind to node 1" in text and SEED_PREFIX in text
 
 
 def test_cli_usage_errors_exit_2(two_node_host: Path) -> None:

@@ -293,6 +293,9 @@ def test_parse_cpuinfo_blocks() -> None:
         ("  2 tib ", 2 * 1024**4),
         ("4k", 4096),
         ("4kB", 4000),
+        ("1PiB", 1024**5),
+        ("2p", 2 * 1024**5),
+        ("1PB", 1000**5),
     ],
 )
 def test_parse_size_examples(text: str, expected: int) -> None:
@@ -306,8 +309,8 @@ def test_parse_size_garbage_names_the_text(text: str) -> None:
     assert repr(text) in str(info.value)
 
 
-UNITS = {"": 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4,
-         "kB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4}
+UNITS = {"": 1, "B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4, "PiB": 1024**5,
+         "kB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4}  # PB: amount x 10^15 is past a float's 2^53
 
 
 @generated

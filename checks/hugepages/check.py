@@ -145,7 +145,7 @@ class Hugepages(DefaultPoolWords):
         listing = "; ".join(orphan_words(facts, f) for f in orphans[:5])
         more = f" and {len(orphans) - 5} more" if len(orphans) > 5 else ""
         one = len(orphans) == 1
-        summary = (f"{len(orphans)} hugetlbfs file{'' if one else 's'} that no process maps "
+        summary = (f"{len(orphans):,} hugetlbfs file{'' if one else 's'} that no process maps "
                    f"hold{'s' if one else ''} {format_bytes(total)}")
         detail = ("A file in hugetlbfs keeps its pages until it is deleted, even when no process "
                   "has it open: a crashed or killed program leaves them behind, and the pool looks taken "

@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "prometheus", "nfd"]), default="text",
               show_default=True, help="prometheus: node_exporter textfile; nfd: node-feature-discovery.")
 @click.option("--output", metavar="FILE", callback=a_path,
-              help="With prometheus or nfd: write FILE atomically ('-': standard output). FILE must "
-                   "be a regular file, absent or /dev/null: folders, FIFOs, other devices, sockets "
-                   "and symbolic links are refused.")
+              help="Write the output (any --format) to FILE instead of standard output ('-': "
+                   "standard output): a regular file is replaced atomically, a device (/dev/null) or "
+                   "a FIFO written through; folders, sockets, block devices and symbolic links are "
+                   "refused.")
 @click.option("--ignore", multiple=True, metavar="ID", shell_complete=complete_ids,
               help="Downgrade this check's (or CHECK/FINDING's) findings to info; repeatable.")
 @click.option("--fail-on", type=FAIL_ON, default="error", show_default=True,
@@ -46,7 +47,7 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
     """Check this host (or a captured one) for the engine; exit 1 when not ready."""
     from strata_doctor.output import text as render
 
-    output = _fleet_output(output, fmt)
+    output = _checked_output(output)
     options = host_from_kwargs(kwargs)
     known_ids(ignore, "--ignore")
     _, ctx = open_host(options)
@@ -58,21 +59,27 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
     elif fmt == "json":
         from strata_doctor.output import json as render_json
 
-        click.echo(render_json.to_json(ctx, results, code), nl=False)
+        _emit(output, render_json.to_json(ctx, results, code))
     elif quiet:
-        for line in render.quiet_lines(results, threshold):
-            click.echo(line)
+        _emit(output, "".join(line + "\n" for line in render.quiet_lines(results, threshold)))
     else:
-        click.echo(render.to_text(results, code, render.TextStyle(use_color()), verbose), nl=False)
+        colour = use_color() if output is None else False  # a file gets no escape codes
+        _emit(output, render.to_text(results, code, render.TextStyle(colour), verbose))
     sys.exit(code)
 
 
-def _fleet_output(output: Optional[str], fmt: str) -> Optional[str]:
+def _emit(output: Optional[str], text: str) -> None:
+    """``text`` on standard output, or in the file ``--output`` names."""
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        _write_output(output, text, None)
+
+
+def _checked_output(output: Optional[str]) -> Optional[str]:
     """The file ``--output`` names, checked before any work (None: standard output)."""
     if not output:
         return None
-    if fmt not in ("prometheus", "nfd"):
-        raise UsageFailure("--output is for --format prometheus or nfd")
     from strata_doctor.output.files import OutputError, check_path, is_stdout
 
     try:
@@ -90,18 +97,18 @@ def _emit_fleet(fmt: str, output: Optional[str], ctx: HostContext, results: List
     if output is None:
         render_fleet.emit(fmt, ctx, results, code, None)
     elif fmt == "prometheus":
-        _write_fleet_file(output, render_fleet.to_prometheus(ctx, results, code))
+        _write_output(output, render_fleet.to_prometheus(ctx, results, code), 0o644)
     else:
-        _write_fleet_file(output, render_fleet.to_nfd(ctx, results, code))
+        _write_output(output, render_fleet.to_nfd(ctx, results, code), 0o644)
 
 
-def _write_fleet_file(path: str, text: str) -> None:
-    """Replace ``path`` atomically under doctor/output/files.py's rule; 0644, as the collector may
-    run as another user. A path refused or not writable is one line and exit 2."""
+def _write_output(path: str, text: str, mode: Optional[int]) -> None:
+    """Write ``path`` under doctor/output/files.py's rule (the fleet files 0644, as the collector
+    may run as another user). A path refused or not writable is one line and exit 2."""
     from strata_doctor.output.files import OutputError, write_text
 
     try:
-        write_text(path, text, 0o644)
+        write_text(path, text, mode)
     except OutputError as exc:
         raise UsageFailure(f"--output {exc}") from None
 

@@ -1,7 +1,8 @@
 """``strata-doctor fix``: show the plan; ``--apply`` carries it out; ``--revert`` undoes it.
 
 Exit codes: 0 the plan was shown, or applied and the host is ready; 1 applied, and the
-re-run check still finds an error; 2 usage error, a plan that cannot be applied, a
+re-run check still finds an error; 2 usage error, a plan that cannot be applied (shown
+or asked to apply: the dry run exits as ``--apply`` would), a
 missing privilege, another ``fix`` holding the lock (without ``--wait``), or an apply or
 revert that failed (its changes are rolled back, or revertible); 3 a check crashed.
 
@@ -103,6 +104,9 @@ def _show(options: Any, numa: Optional[str], asked: Any, fmt: str) -> int:
 
     _, _, _, plan = _plan(options, numa, asked)
     _emit(fmt, plan_text(plan), {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False})
+    if plan.problems:  # --apply would refuse it with 2: a dry run that exits 0 would say it can
+        click.echo("strata-doctor: error: cannot apply: " + "; ".join(plan.problems), err=True)
+        return 2
     return 0
 
 

@@ -16,6 +16,7 @@ import click
 
 from strata_doctor.api import NumaPlan, PlanError, plan_for_context
 from strata_doctor.cli.options import UsageFailure, host_from_kwargs, host_options, open_host
+from strata_doctor.facts.parse import format_nodes
 
 SCHEMA = "strata-doctor/numa-plan/v1"
 
@@ -72,8 +73,7 @@ def numa_plan_data(plan: NumaPlan) -> Dict[str, Any]:
 def numa_plan_text(plan: NumaPlan) -> str:
     """Three parts for people: the binding, the prefix, the reasons."""
     if plan.binds:
-        nodes = ",".join(str(n) for n in plan.nodes)
-        head = [f"bind to node(s) {nodes}: CPUs {plan.cpulist}, memory policy {plan.policy}",
+        head = [f"bind to {format_nodes(plan.nodes)}: CPUs {plan.cpulist}, memory policy {plan.policy}",
                 f"prefix: {shlex.join(plan.numactl)}"]
     else:
         head = ["no binding: run the engine as it is"]

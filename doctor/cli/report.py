@@ -93,7 +93,7 @@ def report_command(fmt: str, output: Optional[str], bundle_out: Optional[str], n
 
 def _check_outputs(output: Optional[str], bundle_out: Optional[str]) -> None:
     """Refuse output paths before any work (docs/report.md#output-paths)."""
-    from strata_doctor.output.files import OutputError, check_path, is_stdout, same_file, stdout_is_terminal
+    from strata_doctor.output.files import OutputError, check_path, same_file
 
     for option, path in (("--output", output), ("--bundle", bundle_out)):
         if path is None:
@@ -106,6 +106,17 @@ def _check_outputs(output: Optional[str], bundle_out: Optional[str]) -> None:
         # The bundle is written first: the report would then replace it.
         raise UsageFailure(f"--output {output}: is the file --bundle names ({bundle_out}); "
                            "give each its own file")
+    _bundle_destination(output, bundle_out)
+
+
+def _bundle_destination(output: Optional[str], bundle_out: Optional[str]) -> None:
+    """The bundle is binary: never to a terminal; to standard output only with the report
+    in its own file."""
+    from strata_doctor.output.files import is_stdout, is_terminal, stdout_is_terminal
+
+    if is_terminal(bundle_out):
+        raise UsageFailure(f"--bundle {bundle_out}: is a terminal; the bundle is binary: "
+                           "name a file or a pipe")
     if is_stdout(bundle_out):
         if output is None or is_stdout(output):
             raise UsageFailure("--bundle - writes the bundle to standard output: "
@@ -152,7 +163,7 @@ def _write_bundle(path: str, parts: Tuple[Any, List[Any]], redactor: Any, markdo
         "report.md": markdown.encode("utf-8"),
         "check.json": (json.dumps(check_data, indent=2, sort_keys=True) + "\n").encode("utf-8"),
     }
-    from strata_doctor.output.files import OutputError, is_null, is_stdout
+    from strata_doctor.output.files import OutputError, is_null, is_stdout, writes_through
 
     try:
         info = write_bundle(path, captured, members, redactor, documents)
@@ -161,13 +172,14 @@ def _write_bundle(path: str, parts: Tuple[Any, List[Any]], redactor: Any, markdo
     except OSError as exc:
         raise UsageFailure(f"--bundle {path}: cannot write: {exc.strerror or exc}") from None
     where, replay = info.path, info.path
-    if is_stdout(path) or is_null(path):  # nothing there to replay: name no file
-        where = "the bundle to standard output" if is_stdout(path) else f"the bundle to {path} (nothing kept)"
+    if is_stdout(path) or writes_through(path):  # no file there to replay: name none
+        where = "the bundle to standard output" if is_stdout(path) else f"the bundle to {path}"
+        where += " (nothing kept)" if is_null(path) else ""
         replay = "FILE.tar.gz"
     # The report's own count (Report.unreadable), said in the report's words.
     unread = could_not_read(info.unreadable) + (", listed in manifest.json" if info.unreadable else "")
     click.echo(
-        f"strata-doctor: wrote {where} ({info.size / 1024:.1f} KiB, {info.entries} entries, {unread}); "
+        f"strata-doctor: wrote {where} ({info.size / 1024:.1f} KiB, {info.entries:,} entries, {unread}); "
         f"replay with: strata-doctor check --bundle {replay}",
         err=True,
     )

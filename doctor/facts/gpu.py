@@ -40,17 +40,18 @@ class PcieLink(NamedTuple):
 
     @property
     def now(self) -> str:
-        """The link now, as people read it: ``2.5 GT/s x16`` (``?`` for what is unknown)."""
-        return f"{speed_text(self.current_speed)} x{self.current_width or '?'}"
+        """The link now, as people read it: ``Gen1 (2.5 GT/s) x16`` (``?`` for what is unknown)."""
+        return f"{pcie_speed(self.current_gts, raw=self.current_speed)} x{self.current_width or '?'}"
 
     @property
     def best(self) -> str:
-        """The link at its maximum: ``8.0 GT/s x16``."""
-        return f"{speed_text(self.max_speed)} x{self.max_width or '?'}"
+        """The link at its maximum: ``Gen3 (8.0 GT/s) x16``."""
+        return f"{pcie_speed(self.max_gts, raw=self.max_speed)} x{self.max_width or '?'}"
 
     @property
     def text(self) -> Optional[str]:
-        """The one way a link is written: ``8.0 GT/s x16``, with ``(max 8.0 GT/s x16)`` when it
+        """The one way a link is written: ``Gen3 (8.0 GT/s) x16``, with ``(max Gen3 (8.0 GT/s)
+        x16)`` when it
         trained below its maximum (callers write ``PCIe {text}``); None when the kernel
         reported no link."""
         if not self.known:
@@ -60,6 +61,25 @@ class PcieLink(NamedTuple):
 
 PCIE_GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 """Transfer rate in GT/s -> PCIe generation."""
+GTS_BY_GENERATION = {gen: rate for rate, gen in PCIE_GENERATIONS.items()}
+"""PCIe generation -> transfer rate in GT/s."""
+
+
+def pcie_speed(gts: Optional[float] = None, generation: Optional[int] = None,
+               raw: Optional[str] = None) -> str:
+    """A PCIe speed named one way in every command: its generation and its rate once,
+    ``Gen1 (2.5 GT/s)``, from either (nvidia-smi gives the generation, the kernel the rate);
+    what is known alone when the other cannot be told; ``raw`` as the kernel wrote it (or
+    ``?``) when neither is known."""
+    if generation is None and gts is not None:
+        generation = PCIE_GENERATIONS.get(gts)
+    if gts is None and generation is not None:
+        gts = GTS_BY_GENERATION.get(generation)
+    if generation and gts:
+        return f"Gen{generation} ({gts:.1f} GT/s)"
+    if gts:
+        return f"{gts:.1f} GT/s"
+    return f"Gen{generation}" if generation else speed_text(raw)
 
 
 def speed_text(speed: Optional[str]) -> str:

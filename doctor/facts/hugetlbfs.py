@@ -168,7 +168,7 @@ def _mappers(
         for path, pids in more.items():
             mapped.setdefault(path, set()).update(pids)
     if denied:
-        unreadable.append(("/proc/PID/maps", f"{denied} processes' maps: permission denied (needs root)"))
+        unreadable.append(("/proc/PID/maps", f"{denied:,} processes' maps: permission denied (needs root)"))
     return mapped
 
 

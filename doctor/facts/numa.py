@@ -283,7 +283,7 @@ def _pair_distances(
 def _length_quirk(node_id: int, entries: int, ids: List[int]) -> str:
     """A row that is not one entry per online node, with the nodes it should have had."""
     return (f"node{node_id}: distance row has {entries} entr{'ies' if entries != 1 else 'y'} for "
-            f"{len(ids)} known node{'s' if len(ids) != 1 else ''} ({', '.join(f'node{i}' for i in ids)})")
+            f"{len(ids):,} known node{'s' if len(ids) != 1 else ''} ({', '.join(f'node{i}' for i in ids)})")
 
 
 def _bad_entries(node_id: int, bad: List[Tuple[int, str]]) -> str:
@@ -294,7 +294,7 @@ def _bad_entries(node_id: int, bad: List[Tuple[int, str]]) -> str:
     if len(bad) == 1:
         return (f"node{node_id}: the distance to node{other} reads {quoted}, not a distance "
                 f"(a number from 0 to {UNREACHABLE}); left out")
-    return (f"node{node_id}: {len(bad)} distance entries are not distances (numbers from 0 to "
+    return (f"node{node_id}: {len(bad):,} distance entries are not distances (numbers from 0 to "
             f"{UNREACHABLE}), the first {quoted} (to node{other}); left out")
 
 

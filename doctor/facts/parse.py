@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Dict, FrozenSet, List, Optional, Tuple, Union
+from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple, Union
 
 _SIZE_UNITS = {
     "": 1,
@@ -28,6 +28,9 @@ _SIZE_UNITS = {
     "t": 1024**4,
     "tb": 1000**4,
     "tib": 1024**4,
+    "p": 1024**5,
+    "pb": 1000**5,
+    "pib": 1024**5,
 }
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 # The kernel's own limit: CONFIG_NR_CPUS is at most 8192 on every architecture (x86 with
@@ -203,7 +206,7 @@ def parse_setting_size(text: str, zero_ok: bool = False, unit_required: bool = T
     refused as zero, and allowed without a unit), and at most 1 PiB.
 
     Binary units are the single letters and the ``iB`` forms (``G`` = ``GiB`` = 2^30, as
-    systemd and ``free -g`` count); ``KB``, ``MB``, ``GB``, ``TB`` are decimal (``GB`` = 10^9).
+    systemd and ``free -g`` count); ``KB`` ... ``PB`` are decimal (``GB`` = 10^9).
     """
     value = parse_size(text)
     if value == 0:  # said before the unit: "0GiB" is no better an arena than "0"
@@ -213,9 +216,20 @@ def parse_setting_size(text: str, zero_ok: bool = False, unit_required: bool = T
     match = _SIZE_RE.match(str(text))
     if unit_required and match is not None and not match.group(2):
         raise ValueError(f"{text!r} has no unit (write e.g. {text}GiB or {text}MiB)")
-    if value > MAX_SETTING_SIZE:
+    if value > MAX_SETTING_SIZE:  # 1PiB itself is taken: "more than" says so
         raise ValueError(f"{text!r} is more than 1 PiB; no host has that much memory")
     return value
+
+
+def format_nodes(nodes: Union[str, Iterable[int]]) -> str:
+    """NUMA nodes in words: ``node 1``, ``nodes 0,1`` (``nodes 0-3`` for a range), from ids or
+    from the comma list numactl and systemd write; never ``node(s)``."""
+    if isinstance(nodes, str):
+        parts = [p.strip() for p in nodes.split(",") if p.strip()]
+    else:
+        parts = [str(n) for n in sorted(nodes)]
+    plural = len(parts) != 1 or "-" in parts[0]
+    return ("nodes " if plural else "node ") + ",".join(parts)
 
 
 def format_count(value: int) -> str:

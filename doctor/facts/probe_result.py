@@ -190,11 +190,12 @@ def _cells(rows: Any) -> Tuple[Cell, ...]:
     if not isinstance(rows, list) or not rows:
         raise ValueError("no matrix")
     if len(rows) > MAX_CELLS:
-        raise ValueError(f"matrix has {len(rows)} cells, more than {MAX_CELLS}")
+        raise ValueError(f"matrix has {len(rows):,} cells, more than {MAX_CELLS:,}")
     cells = tuple(_cell(row, i) for i, row in enumerate(rows))
     cpus, mems = len({c.cpu_node for c in cells}), len({c.mem_node for c in cells})
     if cpus * mems > MAX_CELLS:
-        raise ValueError(f"matrix spans {cpus} CPU nodes x {mems} memory nodes, more than {MAX_CELLS} cells")
+        raise ValueError(f"matrix spans {cpus:,} CPU nodes x {mems:,} memory nodes, "
+                         f"more than {MAX_CELLS:,} cells")
     return cells
 
 

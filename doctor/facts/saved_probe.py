@@ -135,15 +135,11 @@ def binding_gain(ratio: float, nodes: int) -> Tuple[float, float]:
 
 def to_text(result: ProbeResult) -> str:
     """The matrices as Intel MLC prints them: rows are CPU nodes, columns memory nodes."""
-    rows, cols = result.cpu_nodes, result.mem_nodes
     lines = [
         f"Measured on {result.cpu_model or 'an unknown CPU'}, kernel {result.kernel or 'unknown'}.",
         "",
-        f"Read bandwidth (GB/s): {_readers(result)} of the CPU node reading memory bound to each node",
     ]
-    lines += _matrix(result, rows, cols, lambda c: c.read_gbps, "{:.1f}")
-    lines += ["", "Idle latency (ns per dependent load, one thread)"]
-    lines += _matrix(result, rows, cols, lambda c: c.latency_ns, "{:.1f}")
+    lines += _one_node(result) if len(result.cells) == 1 else _matrices(result)
     if result.chase_overhead_ns is not None:
         lines.append(
             f"Net of the chase's own work per load ({result.chase_overhead_ns:.1f} ns, "
@@ -155,10 +151,33 @@ def to_text(result: ProbeResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _matrices(result: ProbeResult) -> List[str]:
+    """Bandwidth and latency, CPU nodes against memory nodes."""
+    rows, cols = result.cpu_nodes, result.mem_nodes
+    lines = [f"Read bandwidth (GB/s): {_readers(result)} of the CPU node reading memory bound to each node"]
+    lines += _matrix(result, rows, cols, lambda c: c.read_gbps, "{:.1f}")
+    lines += ["", "Idle latency (ns per dependent load, one thread)"]
+    return lines + _matrix(result, rows, cols, lambda c: c.latency_ns, "{:.1f}")
+
+
+def _one_node(result: ProbeResult) -> List[str]:
+    """One CPU node and one memory node: nothing to compare, so no matrix of one cell."""
+    cell = result.cells[0]
+    node = (f"node {cell.cpu_node}" if cell.cpu_node == cell.mem_node
+            else f"CPU node {cell.cpu_node} and memory node {cell.mem_node}")
+    read = "not measured" if cell.read_gbps is None else f"{cell.read_gbps:.1f} GB/s"
+    latency = "not measured" if cell.latency_ns is None else f"{cell.latency_ns:.1f} ns per dependent load"
+    mark = "" if cell.verified else "*"
+    return [f"One NUMA node ({node}): nothing to compare, no memory is remote; binding changes no read.",
+            f"Read bandwidth{mark}: {read} ({_readers(result)}); idle latency{mark}: {latency} (one thread)."]
+
+
 def _readers(result: ProbeResult) -> str:
     """The bandwidth's reading threads: one count when every cell had the same."""
     threads = sorted({c.threads for c in result.cells})
-    return f"{threads[0]} thread(s)" if len(threads) == 1 else "every CPU"
+    if len(threads) != 1:
+        return "every CPU"
+    return "1 thread" if threads[0] == 1 else f"{threads[0]:,} threads"
 
 
 def _unverified_lines(result: ProbeResult) -> List[str]:

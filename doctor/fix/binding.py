@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, FrozenSet, List, Optional, Tuple
 
 from strata_doctor.config import DEFAULT_UNIT
 from strata_doctor.facts.engine import ALLOWED_CPUS_SINCE, NUMA_POLICY_SINCE, SystemdSupport
-from strata_doctor.facts.parse import format_cpulist
+from strata_doctor.facts.parse import format_cpulist, format_nodes
 from strata_doctor.facts.units import RESERVED_UNITS
 from strata_doctor.model import FileChange, Fix, ManualStep, RuntimeAction, context_pairs
 from strata_doctor.rules.binding import BindingPlan, node_list
@@ -86,7 +86,7 @@ def binding_fix(
     reload = RuntimeAction("daemon-reload", "systemd")
     if not support.present:
         return Fix(
-            summary=f"start the engine under {WRAPPER} (numactl, node(s) {nodes}): this host has no "
+            summary=f"start the engine under {WRAPPER} (numactl, {format_nodes(nodes)}): this host has no "
             "systemd to bind a unit",
             files=(wrapper,),
             manual=(ManualStep(f"Start the engine as `{WRAPPER} <engine command>`."),),
@@ -104,7 +104,7 @@ def binding_fix(
         affinity = (f"CPUAffinity, AllowedCPUs={cpu_text}" if support.allowed_cpus else
                     f"CPUAffinity={cpu_text} (no AllowedCPUs=: it needs systemd 244+ and cgroup v2)")
         return Fix(
-            summary=f"bind {unit} to node(s) {nodes}: NUMAPolicy={numa_policy} NUMAMask={nodes}, "
+            summary=f"bind {unit} to {format_nodes(nodes)}: NUMAPolicy={numa_policy} NUMAMask={nodes}, "
             f"{affinity} [{support.described}]; {WRAPPER} for engines started by hand",
             files=(dropin, wrapper),
             actions=(reload, restart),
@@ -117,7 +117,7 @@ def _wrapper_binding(
     exec_start: Optional[str], restart: RuntimeAction, reload: RuntimeAction,
 ) -> Fix:
     why = f"NUMAPolicy= needs systemd {NUMA_POLICY_SINCE}+ and this host has {support.described}"
-    summary = f"bind {unit} to node(s) {nodes} through {WRAPPER}: {why}"
+    summary = f"bind {unit} to {format_nodes(nodes)} through {WRAPPER}: {why}"
     if exec_start is None:
         return Fix(
             summary=summary,
@@ -177,10 +177,10 @@ def reserve_node_fix(ctx: "HostContext", plan: BindingPlan, finding: str) -> Tup
         ))
     total = len(reserved) + len(others)
     summary = (
-        f"reserve node(s) {plan.nodes_text} for {unit}: {ENGINE_SLICE} gets CPUs {reserved_text}; "
-        f"system.slice, user.slice and init.scope keep {len(others)} of {total} CPUs ({others_text}). "
-        f"Cost: every other service and login session shares those {len(others)} CPUs, and "
-        f"{len(reserved)} CPUs idle whenever the engine is stopped"
+        f"reserve {format_nodes(plan.nodes_text)} for {unit}: {ENGINE_SLICE} gets CPUs {reserved_text}; "
+        f"system.slice, user.slice and init.scope keep {len(others):,} of {total:,} CPUs ({others_text}). "
+        f"Cost: every other service and login session shares those {len(others):,} CPUs, and "
+        f"{len(reserved):,} CPUs idle whenever the engine is stopped"
     )
     return Fix(
         summary=summary,

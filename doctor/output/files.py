@@ -6,10 +6,13 @@
 - ``-`` is standard output, as for tar.
 - A path that does not exist is created; an existing regular file is replaced atomically
   (a temporary file in the same folder, then a rename), so no reader sees half a file.
-- An existing path that is not a regular file (a folder, a FIFO, a socket, a device) is
-  refused: the doctor runs as root, and replacing ``/dev/full`` or a FIFO someone reads
-  from with a regular file breaks the host. The null device (``/dev/null``) is the one
-  exception: it takes any output, nothing is written and the command succeeds.
+- A character device (``/dev/null``, a terminal, ``/dev/stdout`` named by its target) or a
+  FIFO is written through, as every Unix tool writes to it: opened for writing without
+  creating, truncating or renaming anything, so the device or the FIFO stays as it is and
+  its reader gets the data. Nothing else is ever replaced by a regular file.
+- Any other existing path (a folder, a socket, a block device) is refused: the doctor
+  runs as root, and neither replacing it nor writing a report onto a disk is what the
+  user meant.
 - A symbolic link is refused too, even one to a regular file: in a shared folder such as
   /tmp, a link would let another user choose the file that root replaces. Name the target
   itself.
@@ -26,6 +29,9 @@ import tempfile
 from typing import Optional
 
 STDOUT = "-"
+
+WRITTEN_THROUGH = (stat.S_ISCHR, stat.S_ISFIFO)
+"""The kinds of file opened and written as they are (never replaced)."""
 
 KINDS = (
     (stat.S_ISDIR, "a folder"),
@@ -68,10 +74,44 @@ def check_path(path: str) -> None:
         except OSError:
             target = "?"
         raise OutputError(f"{path}: is a symbolic link (to {target}); name the file itself")
-    if stat.S_ISREG(info.st_mode) or _null_device(info):
+    if stat.S_ISREG(info.st_mode) or written_through(info):
         return
-    kind = next((name for test, name in KINDS if test(info.st_mode)), "not a regular file")
-    raise OutputError(f"{path}: is {kind}, not a regular file; refusing to replace it")
+    raise OutputError(f"{path}: is {_kind(info)}, not a regular file; refusing to replace it")
+
+
+def written_through(info: os.stat_result) -> bool:
+    """A character device or a FIFO: opened and written, never replaced."""
+    return any(test(info.st_mode) for test in WRITTEN_THROUGH)
+
+
+def _kind(info: os.stat_result) -> str:
+    return next((name for test, name in KINDS if test(info.st_mode)), "not a regular file")
+
+
+def writes_through(path: Optional[str]) -> bool:
+    """``path`` exists now as a character device or a FIFO (written through, never replaced)."""
+    if not path or is_stdout(path):
+        return False
+    try:
+        return written_through(os.lstat(path))
+    except OSError:
+        return False
+
+
+def is_terminal(path: Optional[str]) -> bool:
+    """``path`` is a terminal device (binary data is not written there, as gzip refuses)."""
+    if not path or is_stdout(path):
+        return False
+    try:
+        if not stat.S_ISCHR(os.lstat(path).st_mode):
+            return False
+        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        return os.isatty(fd)
+    finally:
+        os.close(fd)
 
 
 def is_null(path: Optional[str]) -> bool:
@@ -95,8 +135,9 @@ def _null_device(info: os.stat_result) -> bool:
 def same_file(first: str, second: str) -> bool:
     """Two output paths name one file: the same path however spelled (``./``, ``../``, a
     linked folder) or, when both exist, one file under two names (a hard link). Standard
-    output and the null device take any number of outputs."""
-    if any(is_stdout(p) or is_null(p) for p in (first, second)):
+    output, the null device, a terminal or a FIFO take any number of outputs (each is
+    written through, one after the other; nothing replaces another)."""
+    if any(is_stdout(p) or writes_through(p) for p in (first, second)):
         return False
     if os.path.realpath(first) == os.path.realpath(second):
         return True
@@ -110,8 +151,8 @@ def same_file(first: str, second: str) -> bool:
 def write_bytes(path: str, data: bytes, mode: Optional[int] = None) -> int:
     """Write ``data`` to ``path`` under the rule and return how many bytes were written.
 
-    ``-`` writes to standard output; the null device takes the data and keeps nothing.
-    Otherwise the file is replaced atomically; it gets
+    ``-`` writes to standard output; a character device or a FIFO is opened and written
+    through (:func:`_write_through`). Otherwise the file is replaced atomically; it gets
     ``mode`` when given, else the mode of the file it replaces, else what ``open`` would
     give (0666 less the umask).
 
@@ -126,8 +167,8 @@ def write_bytes(path: str, data: bytes, mode: Optional[int] = None) -> int:
     check_path(path)
     if is_stdout(path):
         return _write_stdout(data)
-    if is_null(path):
-        return len(data)  # written to nowhere, as the null device would; never replaced
+    if writes_through(path):
+        return _write_through(path, data)
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".strata-doctor.", suffix=".tmp", dir=directory)
@@ -145,6 +186,7 @@ def write_bytes(path: str, data: bytes, mode: Optional[int] = None) -> int:
             made = os.fstat(handle.fileno())
         _still_ours(tmp, made)
         check_path(path)  # again: it may have changed while the data was written
+        _still_replaceable(path)
         os.replace(tmp, path)
     except BaseException as exc:
         _drop_temp(tmp, made)
@@ -152,6 +194,47 @@ def write_bytes(path: str, data: bytes, mode: Optional[int] = None) -> int:
             raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
         raise
     return len(data)
+
+
+def _write_through(path: str, data: bytes) -> int:
+    """Open a character device or a FIFO for writing and write ``data`` to it, as a shell's
+    ``>`` does, minus creating and truncating: a FIFO waits for its reader; ``/dev/full``
+    says it is full. Opened without following a link, and written only while what was
+    opened is still a device or a FIFO (a regular file put there meanwhile is refused,
+    never written into)."""
+    flags = os.O_WRONLY | os.O_NOCTTY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not written_through(info):
+            raise OutputError(f"{path}: is {_kind(info)} now, no longer a device or a FIFO; "
+                              "refusing to write into it")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OutputError:
+        raise
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    return len(data)
+
+
+def _still_replaceable(path: str) -> None:
+    """Right before the rename: ``path`` is still absent or a regular file (a device or
+    FIFO put there meanwhile is not replaced)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise OutputError(f"{path}: is {_kind(info)} now, not a regular file; refusing to replace it")
 
 
 def _still_ours(tmp: str, made: os.stat_result) -> None:

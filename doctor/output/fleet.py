@@ -98,7 +98,7 @@ def to_prometheus(ctx: HostContext, results: Sequence[CheckResult], code: int) -
     headroom = ctx.arena_headroom
     if headroom is not None:
         _metric(lines, "arena_headroom_bytes", "gauge",
-                "Bytes left on the planned node(s) after arena, K/V and headroom (negative: short).",
+                "Bytes left on the planned nodes after arena, K/V and headroom (negative: short).",
                 [(_labels(nodes=headroom[0]), headroom[1])])
     _metric(lines, "info", "gauge", "strata-doctor version.", [(_labels(version=__version__), 1)])
     return "\n".join(lines) + "\n"

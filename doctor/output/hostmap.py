@@ -14,7 +14,7 @@ from strata_doctor.api import NumaPlan, plan_for_context
 from strata_doctor.context import HostContext
 from strata_doctor.facts.engine import EngineProcess, UnitState
 from strata_doctor.facts.gpu import Gpu, normalize_address
-from strata_doctor.facts.parse import format_bytes, format_cpulist, parse_cpulist
+from strata_doctor.facts.parse import format_bytes, format_cpulist, format_nodes, parse_cpulist
 from strata_doctor.rules.gpu import compute_candidates, place_gpu
 from strata_doctor.rules.memory import host_room
 
@@ -335,11 +335,11 @@ def fix_changes(ctx: HostContext, plan: NumaPlan, engine: EngineNow) -> Tuple[st
     """What ``fix`` does to the binding here, as one line and as now/after pairs."""
     if not plan.binds:
         return "nothing to bind: " + plan.reasons[-1].replace("no binding: ", ""), ()
-    nodes = ",".join(str(n) for n in plan.nodes)
+    nodes = format_nodes(plan.nodes)
     if engine.follows_plan:
         return f"nothing to change: {engine.unit} already follows the plan", ()
     if engine.configured:
-        return (f"nothing to write: the unit files already bind {engine.unit} to node(s) {nodes}; it "
+        return (f"nothing to write: the unit files already bind {engine.unit} to {nodes}; it "
                 f"takes effect after `systemctl daemon-reload` and a restart of {engine.unit}"), ()
     everywhere = format_cpulist(ctx.numa.online_cpus) if ctx.numa.online_cpus else "every CPU"
     if engine.source == "none":
@@ -349,6 +349,6 @@ def fix_changes(ctx: HostContext, plan: NumaPlan, engine: EngineNow) -> Tuple[st
         memory_now = engine.memory
     changes = (
         FixChange("CPUs", cpus_now, plan.cpulist),
-        FixChange("memory", memory_now, f"policy {plan.policy}, node(s) {nodes}"),
+        FixChange("memory", memory_now, f"policy {plan.policy}, {nodes}"),
     )
-    return f"`{FIX_COMMAND}` binds {engine.unit} to node(s) {nodes} at its next start", changes
+    return f"`{FIX_COMMAND}` binds {engine.unit} to {nodes} at its next start", changes

@@ -13,9 +13,10 @@ import re
 import textwrap
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
-from strata_doctor.facts.parse import format_bytes, format_cpulist
+from strata_doctor.facts.parse import format_bytes, format_cpulist, format_nodes
 from strata_doctor.output.hostmap import ArenaPlace, HostMap, MapGpu, MapNode
 from strata_doctor.output.text import ASCII
+from strata_doctor.rules.gpu import NO_GPU
 
 BOX = {"h": "─", "v": "│", "tl": "┌", "tr": "┐", "bl": "└", "br": "┘"}
 BOX_ASCII = {"─": "-", "│": "|", "┌": "+", "┐": "+", "└": "+", "┘": "+"}
@@ -76,7 +77,7 @@ def _gpus(gpus: Sequence[MapGpu]) -> str:
     aside = "; ".join(f"{gpu.address} is {gpu.management}" for gpu in gpus if not gpu.may_compute)
     if counted:
         return _count(len(counted), "GPU") + (f" ({aside})" if aside else "")
-    return f"no compute GPU ({aside})" if aside else "no GPU"
+    return f"no compute GPU ({aside})" if aside else NO_GPU
 
 
 def _count(number: int, word: str) -> str:
@@ -202,9 +203,8 @@ def _engine_lines(host: HostMap) -> List[str]:
         cpus = format_cpulist(engine.cpus) if engine.cpus else "any (no limit)"
         lines.append(_item("now", f"{engine.source}: CPUs {cpus}, memory {engine.memory}"))
     if plan.binds:
-        nodes = ",".join(str(n) for n in plan.nodes)
         lines.append(_item("plan", f"{' '.join(plan.numactl)}: CPUs {plan.cpulist}, memory "
-                                   f"{plan.policy} on node(s) {nodes}"))
+                                   f"{plan.policy} on {format_nodes(plan.nodes)}"))
     else:
         lines.append(_item("plan", "no binding"))
     lines.extend(_item("", f"- {reason}") for reason in plan.reasons)
@@ -219,7 +219,7 @@ def _arena_text(arena: Optional[ArenaPlace]) -> str:
     """Where the arena would sit and whether it fits there, in one line."""
     if arena is None:
         return "size not configured (set arena: in the config, or --arena)"
-    where = f"node(s) {arena.nodes}" if arena.nodes != "all" else "the host's memory"
+    where = format_nodes(arena.nodes) if arena.nodes != "all" else "the host's memory"
     if arena.total_bytes is None:
         return (f"{format_bytes(arena.arena_bytes)} + K/V {format_bytes(arena.kv_bytes)}"
                 f" + headroom {format_bytes(arena.headroom_bytes)} on {where}: its size is unknown"
@@ -280,7 +280,7 @@ def _mermaid_engine(host: HostMap, ids: Set[int]) -> List[str]:
     engine, plan = host.engine, host.plan
     label = [engine.unit, engine.state]
     if host.changes:
-        label.append("fix: bind to node(s) " + ",".join(str(n) for n in plan.nodes))
+        label.append("fix: bind to " + format_nodes(plan.nodes))
     out = [f"  engine{_label(label)}"]
     for node in host.nodes:
         if node.engine_bytes is not None and (node.engine_cpus or node.engine_bytes):

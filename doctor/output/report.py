@@ -124,8 +124,8 @@ def verdict_line(results: Sequence[CheckResult], code: int) -> str:
         tail = f" (+{more} more problem{_plural(more)})" if more else ""
         return f"Not ready: {problems[0].check}: {problems[0].summary}{tail}"
     if problems:
-        return f"Ready, with {len(problems)} warning{_plural(len(problems))}: {problems[0].summary}"
-    return f"Ready: {len(results)} checks found nothing to fix"
+        return f"Ready, with {len(problems):,} warning{_plural(len(problems))}: {problems[0].summary}"
+    return f"Ready: {len(results):,} checks found nothing to fix"
 
 
 def _problems(results: Sequence[CheckResult]) -> List[Finding]:

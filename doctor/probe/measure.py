@@ -122,7 +122,7 @@ class Probe:
         count = self.plan.threads or len(cpu.cpus)
         chunk = self.plan.size_bytes // count // page * page
         if chunk < page:
-            raise ProbeRefused(f"--size is too small for {count} threads")
+            raise ProbeRefused(f"--size is too small for {count:,} threads")
         addr = self.buffers.map_on(chunk * count, mem.id)
         try:
             gbps = read_rate(self.system, self.stop, addr, chunk, count, cpu, self.budget, touch=True)

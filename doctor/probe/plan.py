@@ -75,7 +75,7 @@ def make_plan(system: System, size: int = DEFAULT_SIZE, seconds: float = DEFAULT
     if short:
         raise ProbeRefused(short)
     return Plan(cpu_nodes, mem_nodes, bandwidth, latency, llc, seconds, threads,
-                chase_notes(latency, llc))
+                chase_notes(latency, llc) + run_notes(seconds))
 
 
 def options_refusal(size: int, seconds: float, threads: Optional[int]) -> Optional[str]:
@@ -87,6 +87,17 @@ def options_refusal(size: int, seconds: float, threads: Optional[int]) -> Option
     if threads is not None and not 1 <= threads <= MAX_THREADS:
         return f"--threads {threads} must be between 1 and {MAX_THREADS}"
     return None
+
+
+def run_notes(seconds: float) -> Tuple[str, ...]:
+    """What the result must say about a run shorter than the default: each cell's share of
+    the time is then short, and its figures read low (a 1 s run gave a sixth of the 10 s
+    figure on one host), so they are not to be trusted."""
+    if seconds >= DEFAULT_SECONDS:
+        return ()
+    return (f"--seconds {seconds:g} is shorter than the default {DEFAULT_SECONDS:g}: each cell "
+            "measured only briefly, so its figures may read low; run with the default for "
+            "figures to trust",)
 
 
 def chase_bytes(size: int, llc: Optional[int]) -> int:

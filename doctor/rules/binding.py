@@ -9,7 +9,7 @@ from typing import Callable, FrozenSet, List, NamedTuple, Optional, Tuple
 from strata_doctor.config import EngineConfig
 from strata_doctor.facts.engine import EngineProcess, UnitBinding, UnitState
 from strata_doctor.facts.numa import NumaFacts, NumaNode
-from strata_doctor.facts.parse import format_cpulist, parse_cpulist, parse_int
+from strata_doctor.facts.parse import format_cpulist, format_nodes, parse_cpulist, parse_int
 
 SAME_SOCKET_MAX_DISTANCE = 12  # SNC / NPS sub-nodes report 11-12; a socket hop is 20+
 
@@ -119,7 +119,7 @@ def leave_out_isolated(
     off = cpus & isolated
     if not off:
         return cpus
-    where = f"node(s) {node_list(nodes)}"
+    where = format_nodes(nodes)
     if off == cpus:
         reasons.append(
             f"every CPU of {where} is isolated ({format_cpulist(off)}: no load balancing), so the "
@@ -129,7 +129,7 @@ def leave_out_isolated(
         return cpus
     reasons.append(
         f"CPUs {format_cpulist(off)} of {where} are isolated (no load balancing); the plan "
-        f"leaves them out and keeps {len(cpus) - len(off)} of {len(cpus)} CPUs"
+        f"leaves them out and keeps {len(cpus) - len(off):,} of {len(cpus):,} CPUs"
     )
     return cpus - off
 
@@ -161,7 +161,7 @@ def socket_spread(
     policy = "preferred-many" if many else "interleave"
     return SocketSpread(siblings, policy, (
         f"the arena does not fit node {target} alone; node {target} shares its socket "
-        f"with node(s) {','.join(str(n) for n in sorted(siblings - {target}))}, so the "
+        f"with {format_nodes(siblings - {target})}, so the "
         f"plan uses the socket's nodes ({policy}"
         + (", Linux 5.15+)" if many else "; preferred-many needs Linux 5.15+)")
     ))
@@ -261,7 +261,7 @@ def _policy_nodes(policy: str) -> FrozenSet[int]:
 
 def _elsewhere(cpus: FrozenSet[int], plan: BindingPlan) -> Optional[str]:
     if cpus and not (cpus & plan.cpus):
-        return f"its CPUs {format_cpulist(cpus)} are all off the planned node(s) {plan.nodes_text}"
+        return f"its CPUs {format_cpulist(cpus)} are all off the planned {format_nodes(plan.nodes_text)}"
     return None
 
 

@@ -42,16 +42,24 @@ class ComputeCandidates(NamedTuple):
         return "; " + ", ".join(f"{g.address} is {g.management}" for g in self.left_out)
 
 
+NO_GPU = "no GPU found"
+"""The one wording, in every command, of a PCI bus listed with no display-class function."""
+NO_PCI = "the tree lists no PCI function: whether a GPU exists is unknown"
+"""And of a tree without the bus (a capture that left it out): unknown, never "no GPU"."""
+
+
 def choose_compute_gpu(
     gpus: Tuple[Gpu, ...], wanted: Optional[str], named_by: str = "--gpu", setting: str = "--gpu",
+    pci_listed: bool = True,
 ) -> Tuple[Optional[Gpu], str]:
     """Pick the GPU the engine computes on, with the reason (a noun phrase: "Chosen as the
     only GPU"); ``named_by`` says who named ``wanted`` (``--gpu``, ``gpu: in FILE``), and
-    ``setting`` how an error names it (``--gpu``, ``FILE: gpu:``)."""
+    ``setting`` how an error names it (``--gpu``, ``FILE: gpu:``); ``pci_listed`` is false
+    when the tree lists no PCI function at all, so no GPU is unknown rather than absent."""
     if wanted:
         return named_gpu(gpus, wanted, named_by, setting)
     if not gpus:
-        return None, "no display-class PCI function found"
+        return None, NO_GPU if pci_listed else NO_PCI
     split = compute_candidates(gpus)
     if not split.candidates:
         chips = "; ".join(f"{g.address} ({g.vendor_name} {g.ids}) is {g.management}" for g in gpus)
@@ -106,8 +114,8 @@ def _largest_bar(pool: List[Gpu]) -> Tuple[Gpu, str]:
     ties = [g for g in pool if g.largest_bar == best.largest_bar]
     mib = best.largest_bar // 2**20
     if len(ties) == 1:
-        return best, f"the largest memory BAR ({mib} MiB) among {len(pool)} GPUs"
-    return best, (f"the first by PCI address of {len(ties)} GPUs with the same largest memory BAR "
+        return best, f"the largest memory BAR ({mib} MiB) among {len(pool):,} GPUs"
+    return best, (f"the first by PCI address of {len(ties):,} GPUs with the same largest memory BAR "
                   f"({mib} MiB); pass --gpu to choose another")
 
 
@@ -117,7 +125,7 @@ def _first_by_address(pool: List[Gpu]) -> Tuple[Gpu, str]:
     among = nvidia or pool
     kind = "NVIDIA GPUs" if nvidia and len(nvidia) < len(pool) else "GPUs"
     return min(among, key=lambda g: g.address), (
-        f"the first by PCI address of {len(among)} {kind} (no resource file gives their memory "
+        f"the first by PCI address of {len(among):,} {kind} (no resource file gives their memory "
         "BARs); pass --gpu to choose another")
 
 

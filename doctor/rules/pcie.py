@@ -2,7 +2,7 @@
 
 from typing import NamedTuple, Optional, Tuple
 
-from strata_doctor.facts.gpu import PCIE_GENERATIONS, Gpu, PathLink
+from strata_doctor.facts.gpu import GTS_BY_GENERATION, Gpu, PathLink, pcie_speed
 from strata_doctor.facts.nvidia_smi import SmiGpuState
 
 
@@ -14,7 +14,7 @@ class LinkReading(NamedTuple):
     width_max: Optional[int]
     """Lanes the card supports."""
     now: str
-    """The link now, as ``Gen3 x16`` or ``8.0 GT/s x16``."""
+    """The link now, as ``Gen3 (8.0 GT/s) x16`` (``facts.gpu.pcie_speed``), from either source."""
     best: str
     """The link at its best, worded alike."""
     slower: bool
@@ -29,10 +29,11 @@ class LinkReading(NamedTuple):
 def read_link(gpu: Gpu, smi: Optional[SmiGpuState]) -> LinkReading:
     """nvidia-smi's reading when it has every link value, else the kernel's."""
     if smi is not None and smi.link_known:
-        gts = {gen: rate for rate, gen in PCIE_GENERATIONS.items()}.get(smi.gen_current or 0)
+        gts = GTS_BY_GENERATION.get(smi.gen_current or 0)
         return LinkReading(
             smi.width_current, smi.width_max,
-            f"Gen{smi.gen_current} x{smi.width_current}", f"Gen{smi.gen_max} x{smi.width_max}",
+            f"{pcie_speed(generation=smi.gen_current)} x{smi.width_current}",
+            f"{pcie_speed(generation=smi.gen_max)} x{smi.width_max}",
             (smi.gen_current or 0) < (smi.gen_max or 0), "nvidia-smi",
             gpu.path_limit(smi.width_current, gts),
         )

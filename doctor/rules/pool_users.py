@@ -82,7 +82,7 @@ def _holders_words(name: str, holders: List[Holder], page_size: int) -> str:
         return f"{name} pid {holders[0].pid}: {pages}"
     pids = ", ".join(str(h.pid) for h in sorted(holders, key=lambda h: h.pid)[:4])
     more = ", ..." if len(holders) > 4 else ""
-    return f"{name} ({len(holders)} processes, pids {pids}{more}): {pages}"
+    return f"{name} ({len(holders):,} processes, pids {pids}{more}): {pages}"
 
 
 def _files(count: int) -> str:
@@ -98,7 +98,7 @@ def _devices_words(devices: Tuple[PoolDevice, ...], kind: str) -> str:
                     for i, n in Counter(d.ids for d in of_kind).items())
     drivers = ", ".join(sorted({d.driver or "no driver" for d in of_kind}))
     where = ", ".join(d.address for d in of_kind[:8]) + (", ..." if len(of_kind) > 8 else "")
-    return (f"{len(of_kind)} {one if len(of_kind) == 1 else many} ({ids}, driver {drivers}, "
+    return (f"{len(of_kind):,} {one if len(of_kind) == 1 else many} ({ids}, driver {drivers}, "
             f"at {where})")
 
 
