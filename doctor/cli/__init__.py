@@ -21,6 +21,7 @@ LAZY_COMMANDS: Dict[str, str] = {
     "list-checks": "strata_doctor.cli.check:list_checks_command",
     "map": "strata_doctor.cli.map:map_command",
     "fix": "strata_doctor.cli.fix:fix_command",
+    "init": "strata_doctor.cli.init:init_command",
     "report": "strata_doctor.cli.report:report_command",
     "numa-plan": "strata_doctor.cli.numa_plan:numa_plan_command",
     "probe": "strata_doctor.cli.probe:probe_command",
