@@ -215,7 +215,8 @@ def preflight_fix(unit: str, finding: str, script: str, check_args: Sequence[str
     return Fix(
         summary=f"run `{command}` before every start of {unit}",
         files=(FileChange(f"{SYSTEMD_DIR}/{unit}.d/{PREFLIGHT_DROPIN}", "preflight-dropin.conf.j2",
-                          context_pairs(unit=unit, command=command, finding=finding)),),
+                          context_pairs(unit=unit, command=command, finding=finding,
+                                        given=" ".join(check_args))),),
         actions=(RuntimeAction("daemon-reload", "systemd"), restart_action(unit)),
         takes_effect="restart",
     )
