@@ -98,6 +98,8 @@ def test_every_setting_given_is_written_and_reads_back(tmp_path: Path) -> None:
     assert (written.unit, written.workers, written.hugepages, written.gpu, written.numa) == (
         "engine.service", 20, "thp", "84:00.0", "1")
     assert written.lock and written.release_pool
+    assert run_cli(["fix", "--root", str(tree), "--revert"]).exit_code == 0
+    assert not (tree / CONFIG).exists(), "the config init created is removed again"
 
 
 def test_a_second_check_without_flags_sees_the_settings(tmp_path: Path) -> None:
