@@ -199,8 +199,9 @@ def test_the_preflight_names_the_config_in_effect(two_node_host: Path) -> None:
 
 
 def test_the_preflight_carries_the_sizes_given_as_flags(two_node_host: Path) -> None:
-    line = _preflight_line(two_node_host, "--arena", "8GiB", "--kv", "1GiB", "--lock")
-    assert line.endswith(" check --quiet --fail-on error --arena 8GiB --kv 1GiB --lock"), line
+    line = _preflight_line(two_node_host, "--arena", "8GiB", "--kv", "1GiB", "--lock", "--release-pool")
+    assert line.endswith(" check --quiet --fail-on error --arena 8GiB --kv 1GiB --lock"), line  # check
+    # takes no --release-pool: it would refuse every start
 
 
 def test_the_preflight_carries_a_config_file_named_and_the_flags_over_it(two_node_host: Path,

@@ -19,6 +19,7 @@ import click
 
 from strata_doctor.cli.options import (
     RELEASE_POOL_FLAG,
+    SETTING_FLAGS,
     UsageFailure,
     host_from_kwargs,
     host_options,
@@ -93,7 +94,8 @@ def _plan(options: Any, asked: Any) -> Tuple[Any, Any, List[CheckResult], Any]:
 def preflight_args(options: Any, ctx: Any) -> Tuple[str, ...]:
     """What the preflight's check is given, so that the unit's start checks what this run
     saw: the config file in effect (``--config /etc/strata-doctor.yaml`` when the root has
-    one), then the setting flags given here, as typed (``--unit`` is the preflight's own)."""
+    one), then the setting flags given here that ``check`` takes, as typed (``--unit`` is the
+    preflight's own; ``--release-pool`` is fix's alone)."""
     import os
 
     words: List[str] = []
@@ -101,7 +103,8 @@ def preflight_args(options: Any, ctx: Any) -> Tuple[str, ...]:
         words += ["--config", os.path.abspath(options.config)]
     elif ctx.config.source is not None:
         words += ["--config", ctx.config.source]
-    words += setting_args([(k, v) for k, v in options.settings if k != "unit"])
+    checked = {flag.key for flag in SETTING_FLAGS} - {"unit"}
+    words += setting_args([(k, v) for k, v in options.settings if k in checked])
     return tuple(words)
 
 
