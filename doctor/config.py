@@ -101,6 +101,9 @@ MAX_SETTING = 100  # characters: no setting is longer; a 5000-digit number is ga
 
 _KEYS = ("arena", "kv", "unit", "workers", "headroom", "hugepages", "gpu", "numa", "lock", "release_pool")
 
+KEYS = _KEYS
+"""Every setting, in the order a written config lists them (``strata-doctor init``)."""
+
 
 def parse_config(data: object, source: str) -> EngineConfig:
     """Validate a loaded YAML document into an :class:`EngineConfig`."""
@@ -120,20 +123,25 @@ def apply_settings(config: EngineConfig, values: Mapping[str, object], source: s
     for key, value in values.items():
         if value is None:
             continue
-        if isinstance(value, (list, dict, set, tuple)):
-            # Refused before str(): a YAML alias can make a short file a list of millions.
-            raise ConfigError(f"{source}: {key}: expected one value, got {_container(value)}")
-        if isinstance(value, (str, int)) and not isinstance(value, bool) and len(str(value)) > MAX_SETTING:
-            shown = str(value)
-            raise ConfigError(f"{source}: {key}: {len(shown):,} characters is too long for a "
-                              f"setting ({shown[:16]}...)")
         try:
-            changes.update(_convert(key, value))
+            changes.update(convert_setting(key, value))
             if key == "gpu":
                 changes["gpu_source"] = source
         except ValueError as exc:
             raise ConfigError(f"{source}: {key}: {exc}") from None
     return config._replace(**changes)  # type: ignore[arg-type]
+
+
+def convert_setting(key: str, value: object) -> Dict[str, object]:
+    """One setting's :class:`EngineConfig` fields; a bad value raises ValueError in the words an
+    error gives after the file and key (or after the flag that gave it)."""
+    if isinstance(value, (list, dict, set, tuple)):
+        # Refused before str(): a YAML alias can make a short file a list of millions.
+        raise ValueError(f"expected one value, got {_container(value)}")
+    if isinstance(value, (str, int)) and not isinstance(value, bool) and len(str(value)) > MAX_SETTING:
+        shown = str(value)
+        raise ValueError(f"{len(shown):,} characters is too long for a setting ({shown[:16]}...)")
+    return _convert(key, value)
 
 
 def _container(value: object) -> str:
@@ -206,24 +214,33 @@ def load_config(root: Root, path: Optional[str]) -> EngineConfig:
     Errors name the real file; the config remembers the host path, so evidence reads the
     same on the host and in its replay.
     """
-    config = _load_config(root, path)
+    return load_settings(root, path)[0]
+
+
+def load_settings(root: Root, path: Optional[str]) -> Tuple[EngineConfig, Dict[str, object]]:
+    """:func:`load_config`'s settings, and the values as the file wrote them (key -> YAML
+    scalar; empty without a file), which ``init`` writes again as they were."""
+    config, written = _load_config(root, path)
     if path is None and config.source is not None:
         shown: Optional[str] = DEFAULT_CONFIG
         if not root.live and root.exists(CONFIG_SOURCE):
             # A bundle wrote the settings here; its host named them as recorded.
             shown = root.read_value(CONFIG_SOURCE)
         config = config._replace(source=shown, gpu_source=shown if config.gpu is not None else None)
-    return config
+    return config, written
 
 
-def _load_config(root: Root, path: Optional[str]) -> EngineConfig:
+def _load_config(root: Root, path: Optional[str]) -> Tuple[EngineConfig, Dict[str, object]]:
     if path is not None:
-        return parse_config(_parse_yaml(_read_named(path), path), path)
-    found = _read_default(root)
-    if found is None:
-        return EngineConfig()
-    source, text = found
-    return parse_config(_parse_yaml(text, source), source)
+        source, text = path, _read_named(path)
+    else:
+        found = _read_default(root)
+        if found is None:
+            return EngineConfig(), {}
+        source, text = found
+    data = _parse_yaml(text, source)
+    config = parse_config(data, source)
+    return config, dict(data) if isinstance(data, dict) else {}
 
 
 def _read_named(path: str) -> str:

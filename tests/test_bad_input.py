@@ -218,7 +218,7 @@ def test_a_good_saved_probe_still_counts(seed_tree: Path) -> None:
 
 # -- the command line --------------------------------------------------------------------
 
-HOST_COMMANDS = ["check", "fix", "report", "map", "numa-plan"]
+HOST_COMMANDS = ["check", "fix", "report", "map", "numa-plan", "init"]
 """The commands that open a host (--root, --config, --arena...)."""
 
 
@@ -228,11 +228,10 @@ def _bad_forms(command: str) -> List[List[str]]:
     if command != "check":  # check's arguments are check ids: a wrong one is its own line
         forms.append(["extra-argument"])
     if command in HOST_COMMANDS:
-        forms += [["--root"], ["--arena"], ["--config"], ["--unit"]]
+        forms += [["--root"], ["--arena"], ["--config"], ["--unit"], ["--workers"], ["--workers", "x"],
+                  ["--headroom", "1"], ["--hugepages", "x"], ["--numa", "x"], ["--numa"], ["--lock=yes"]]
     if command in ("check", "report"):
         forms += [["--fail-on", "nonsense"], ["--fail-on"], ["--ignore"]]
-    if command in ("fix", "numa-plan"):
-        forms += [["--numa", "x"], ["--numa"]]
     if command == "fix":
         forms += [["--only"], ["--skip"], ["--apply=yes"]]
     if command == "probe":

@@ -93,7 +93,8 @@ def _assert_configured(tree: Path, before: Dict[str, object], apply_output: str)
 
 @pytest.mark.parametrize("name", SYNTHETIC)
 def test_round_trip_synthetic(tmp_path: Path, name: str) -> None:
-    flags = {"two-node-252": ["--reserve-node", "--preflight"], "seed-model": ["--reserve-node"]}
+    both = ["--reserve-node", "--preflight"]
+    flags = {"two-node-252": both, "seed-model": both}
     extra = flags.get(name, [])
     _round_trip(make_host(tmp_path, name), extra, name)
 

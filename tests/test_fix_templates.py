@@ -39,7 +39,27 @@ CONTEXTS: Dict[str, Dict[str, Any]] = {
     "swap-dropin.conf.j2": {"unit": "strata.service"},
     "preflight-dropin.conf.j2": {"unit": "strata.service",
                                  "command": "strata-doctor check --quiet --fail-on error"},
+    "strata-doctor.yaml.j2": {"written_by": "strata-doctor init --apply", "unset": "lock, release_pool",
+                              "settings": [("given on the command line: --arena 46.84GiB",
+                                            "arena: 46.84GiB")]},
 }
+
+
+def test_the_preflight_says_what_its_check_is_given() -> None:
+    given = "--config /etc/strata-doctor.yaml --arena 46.84GiB"
+    text = render_template("preflight-dropin.conf.j2", dict(CONTEXTS["preflight-dropin.conf.j2"],
+                                                            finding="--preflight", given=given))
+    assert f"# The check is given what `fix` was run with, so it checks the same sizes: {given}.\n" in text
+    assert "given" not in _render("preflight-dropin.conf.j2")
+
+
+def test_the_config_init_writes_reads_back() -> None:
+    import yaml
+
+    text = _render("strata-doctor.yaml.j2")
+    assert text.startswith("# Managed by strata-doctor: written by `strata-doctor init --apply`.\n")
+    assert yaml.safe_load(text) == {"arena": "46.84GiB"}
+    assert text.endswith("\n# Not set here, so their defaults apply (docs/config.md): lock, release_pool.\n")
 
 
 def _templates() -> List[str]:

@@ -186,7 +186,7 @@ def files_read(root: Path) -> List[str]:
     mutating these is what finds crashes."""
     from strata_doctor.cli.options import HostOptions, open_host, run_selected
 
-    host, ctx = open_host(HostOptions(str(root), None, None, None, None, None))
+    host, ctx = open_host(HostOptions(str(root), None))
     run_selected(ctx, (), ())
     found, top = set(), os.path.realpath(root)
     for path in list(host.reads) + list(getattr(host, "stats", {})):

@@ -22,6 +22,7 @@ LAZY_COMMANDS: Dict[str, str] = {
     "explain": "strata_doctor.cli.explain:explain_command",
     "map": "strata_doctor.cli.map:map_command",
     "fix": "strata_doctor.cli.fix:fix_command",
+    "init": "strata_doctor.cli.init:init_command",
     "report": "strata_doctor.cli.report:report_command",
     "numa-plan": "strata_doctor.cli.numa_plan:numa_plan_command",
     "probe": "strata_doctor.cli.probe:probe_command",

@@ -19,24 +19,22 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import click
 
 from strata_doctor.cli.options import (
+    RELEASE_POOL_FLAG,
+    SETTING_FLAGS,
     UsageFailure,
     complete_ids,
     host_from_kwargs,
     host_options,
     known_ids,
-    known_node,
     open_host,
+    require_privilege,
     run_selected,
+    setting_args,
+    setting_option,
 )
 from strata_doctor.model import CheckResult, Finding, Severity
 
 RESULT_SCHEMA = "strata-doctor/fix-result/v1"
-
-
-def _numa_choice(value: Optional[str]) -> Optional[str]:
-    if value is None or value in ("auto", "off") or value.isdigit():
-        return value
-    raise click.BadParameter("expected auto, off or a node id", param_hint="'--numa'")  # as numa-plan
 
 
 @click.command("fix")
@@ -47,8 +45,7 @@ def _numa_choice(value: Optional[str]) -> Optional[str]:
               help="Fix only this check (or CHECK/FINDING).")
 @click.option("--skip", multiple=True, metavar="ID", shell_complete=complete_ids,
               help="Leave this check (or CHECK/FINDING) alone.")
-@click.option("--numa", metavar="auto|off|N",
-              help="Node to bind the engine to: auto = the GPU's node, off = no binding fixes, N = node N.")
+@setting_option(RELEASE_POOL_FLAG)
 @click.option("--reserve-node", is_flag=True,
               help="Give the engine its node's CPUs alone (strata.slice); everyone else moves off.")
 @click.option("--preflight", is_flag=True, help="Run `strata-doctor check` before every engine start.")
@@ -59,20 +56,19 @@ def _numa_choice(value: Optional[str]) -> Optional[str]:
 @click.option("-y", "--yes", is_flag=True, help="Do not ask; never asked without a terminal anyway.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def fix_command(do_apply: bool, revert: bool, only: Tuple[str, ...], skip: Tuple[str, ...],
-                numa: Optional[str], reserve_node: bool, preflight: bool, restart: bool, force: bool,
+                reserve_node: bool, preflight: bool, restart: bool, force: bool,
                 wait: bool, yes: bool, fmt: str, **kwargs: Any) -> None:
     """Show how to fix what `check` finds; --apply fixes it, --revert undoes it."""
     options = host_from_kwargs(kwargs)
-    numa = _numa_choice(numa)
     _refuse_misuse(options, only, skip, do_apply, revert)
     if revert:
-        _require_privilege(options.root, True)
+        require_privilege(options.root, True)
         sys.exit(_revert(options.root, force, fmt, wait))
     from strata_doctor.fix.plan import PlanOptions
 
-    _require_privilege(options.root, do_apply)
+    require_privilege(options.root, do_apply)
     asked = PlanOptions(only, skip, reserve_node, preflight, restart, force)
-    sys.exit(_apply(options, numa, asked, fmt, wait, yes) if do_apply else _show(options, numa, asked, fmt))
+    sys.exit(_apply(options, asked, fmt, wait, yes) if do_apply else _show(options, asked, fmt))
 
 
 def _refuse_misuse(options: Any, only: Tuple[str, ...], skip: Tuple[str, ...], do_apply: bool,
@@ -86,23 +82,42 @@ def _refuse_misuse(options: Any, only: Tuple[str, ...], skip: Tuple[str, ...], d
         raise UsageFailure("--bundle replays a report: there is no host tree to change; use --root DIR")
 
 
-def _plan(options: Any, numa: Optional[str], asked: Any) -> Tuple[Any, Any, List[CheckResult], Any]:
+def _plan(options: Any, asked: Any) -> Tuple[Any, Any, List[CheckResult], Any]:
     """Open the host, run every check and plan their fixes: (root, context, results, plan)."""
+    from dataclasses import replace
+
     from strata_doctor.fix.plan import build_plan
 
     root, ctx = open_host(options)
-    if numa is not None:
-        ctx = _with_numa(ctx, numa)
+    if asked.preflight:
+        asked = replace(asked, check_args=preflight_args(options, ctx))
     before = run_selected(ctx, (), ())
     return root, ctx, before, build_plan(ctx, before, asked)
 
 
-def _show(options: Any, numa: Optional[str], asked: Any, fmt: str) -> int:
+def preflight_args(options: Any, ctx: Any) -> Tuple[str, ...]:
+    """What the preflight's check is given, so that the unit's start checks what this run
+    saw: the config file in effect (``--config /etc/strata-doctor.yaml`` when the root has
+    one), then the setting flags given here that ``check`` takes, as typed (``--unit`` is the
+    preflight's own; ``--release-pool`` is fix's alone)."""
+    import os
+
+    words: List[str] = []
+    if options.config is not None:
+        words += ["--config", os.path.abspath(options.config)]
+    elif ctx.config.source is not None:
+        words += ["--config", ctx.config.source]
+    checked = {flag.key for flag in SETTING_FLAGS} - {"unit"}
+    words += setting_args([(k, v) for k, v in options.settings if k in checked])
+    return tuple(words)
+
+
+def _show(options: Any, asked: Any, fmt: str) -> int:
     """The plan, without changing anything."""
     from strata_doctor.fix.plan import plan_data
     from strata_doctor.fix.plan_text import plan_text
 
-    _, _, _, plan = _plan(options, numa, asked)
+    _, _, _, plan = _plan(options, asked)
     _emit(fmt, plan_text(plan), {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False})
     if plan.problems:  # --apply would refuse it with 2: a dry run that exits 0 would say it can
         click.echo("strata-doctor: error: cannot apply: " + "; ".join(plan.problems), err=True)
@@ -110,7 +125,7 @@ def _show(options: Any, numa: Optional[str], asked: Any, fmt: str) -> int:
     return 0
 
 
-def _apply(options: Any, numa: Optional[str], asked: Any, fmt: str, wait: bool, yes: bool) -> int:
+def _apply(options: Any, asked: Any, fmt: str, wait: bool, yes: bool) -> int:
     """Plan under the lock and carry the plan out; the exit code."""
     from strata_doctor.fix.journal import refuse_unfinished
     from strata_doctor.fix.lock import Lock, drop_state_quietly
@@ -121,7 +136,7 @@ def _apply(options: Any, numa: Optional[str], asked: Any, fmt: str, wait: bool, 
         with Lock(Root(options.root), wait=wait) as lock:  # before planning: see the module doc
             refuse_unfinished(lock)
             try:
-                root, ctx, before, plan = _plan(options, numa, asked)
+                root, ctx, before, plan = _plan(options, asked)
             except BaseException:  # a refused config or tree: the lock's folder goes again
                 drop_state_quietly(lock)
                 raise
@@ -160,27 +175,6 @@ def _apply_locked(root: Any, ctx: Any, before: Sequence[CheckResult], plan: Any,
     except ApplyError as exc:
         raise UsageFailure(str(exc)) from None
     return _after(options, ctx, before, report, plan, fmt)
-
-
-def _require_privilege(root_path: str, changes: bool) -> None:
-    import os
-    from pathlib import Path
-
-    if changes and Path(root_path).resolve() == Path("/") and os.geteuid() != 0:
-        raise UsageFailure("changing this host (/) needs root: run it with sudo, or write into a tree "
-                           "with --root DIR")
-
-
-def _with_numa(ctx: Any, numa: str) -> Any:
-    from strata_doctor.config import ConfigError, apply_settings
-    from strata_doctor.context import HostContext
-
-    try:
-        config = apply_settings(ctx.config, {"numa": numa}, "--numa")
-    except ConfigError as exc:
-        raise UsageFailure(str(exc)) from None
-    known_node(ctx, numa, "--numa")
-    return HostContext(ctx.root, config, ctx.gpu_choice)
 
 
 def _interactive() -> bool:

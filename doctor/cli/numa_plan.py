@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import click
 
@@ -21,25 +21,13 @@ from strata_doctor.facts.parse import format_nodes
 SCHEMA = "strata-doctor/numa-plan/v1"
 
 
-def _numa_value(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
-    if value is not None and value not in ("auto", "off") and not value.isdigit():
-        raise click.BadParameter("expected auto, off or a node id", ctx, param)
-    return value
-
-
 @click.command("numa-plan")
 @host_options
-@click.option("--numa", metavar="auto|off|N", callback=_numa_value,
-              help="auto: the GPU's node (default, or numa: in the config); off: no binding; N: node N.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "shell"]), default="text",
               show_default=True, help="shell: only the numactl prefix, shell-quoted (empty when none).")
-def numa_plan_command(numa: Optional[str], fmt: str, **kwargs: Any) -> None:
+def numa_plan_command(fmt: str, **kwargs: Any) -> None:
     """Print where the engine should run: node, CPUs, memory policy and numactl prefix."""
-    from strata_doctor.context import HostContext
-
-    root, ctx = open_host(host_from_kwargs(kwargs))
-    if numa is not None:
-        ctx = HostContext(root, ctx.config._replace(numa=numa))
+    _, ctx = open_host(host_from_kwargs(kwargs))
     try:
         plan = plan_for_context(ctx, choose="pass --numa <node> or set `numa: <node>` in the config")
     except PlanError as exc:

@@ -35,11 +35,54 @@ class HostOptions(NamedTuple):
 
     root: str
     config: Optional[str]
-    arena: Optional[str]
-    kv: Optional[str]
-    gpu: Optional[str]
-    unit: Optional[str]
     bundle: Optional[str] = None
+    settings: Tuple[Tuple[str, object], ...] = ()
+    """(config key, value as given) of each setting flag on the command line, in the
+    order of :data:`SETTING_FLAGS`: ``("arena", "46.84GiB")``, ``("lock", True)``."""
+
+    @property
+    def gpu(self) -> Optional[str]:
+        """``--gpu``, when given."""
+        value = dict(self.settings).get("gpu")
+        return None if value is None else str(value)
+
+
+class SettingFlag(NamedTuple):
+    """The flag of one config key: the same setting, through the same validation."""
+
+    key: str
+    """The config key, and the name of the command's parameter."""
+    flag: str
+    """The option, e.g. ``--arena``; ``--lock/--no-lock`` for a switch."""
+    metavar: str
+    """What the help shows for its value ("" for a switch)."""
+    help: str
+    """Its line in ``--help``."""
+
+
+SETTING_FLAGS: Tuple[SettingFlag, ...] = (
+    SettingFlag("arena", "--arena", "SIZE", "Pinned expert arena, e.g. 46.84GiB (arena:)."),
+    SettingFlag("kv", "--kv", "SIZE", "Pinned K/V cache, e.g. 3.09GiB (kv:)."),
+    SettingFlag("gpu", "--gpu", "ADDRESS", "Compute GPU's PCI address, e.g. 0000:84:00.0 (gpu:)."),
+    SettingFlag("unit", "--unit", "NAME", "Engine systemd unit (unit:; default strata.service)."),
+    SettingFlag("workers", "--workers", "N", "CPU expert-pool threads (workers:)."),
+    SettingFlag("headroom", "--headroom", "SIZE", "Memory to keep free beside arena + K/V (headroom:; "
+                "default 4GiB)."),
+    SettingFlag("hugepages", "--hugepages", "auto|hugetlb|thp", "How the engine gets huge pages "
+                "(hugepages:; default auto)."),
+    SettingFlag("numa", "--numa", "auto|off|N", "Node to bind the engine to: auto = the GPU's node, "
+                "off = no binding, N = node N (numa:)."),
+    SettingFlag("lock", "--lock/--no-lock", "", "Whether the engine mlock()s arena and K/V (lock:)."),
+)
+"""The setting flags every host command takes, one per config key (docs/config.md). A key
+that gets a flag gets a row here; ``release_pool`` is :data:`RELEASE_POOL_FLAG`, on ``fix``
+and ``init`` only."""
+
+
+RELEASE_POOL_FLAG = SettingFlag(
+    "release_pool", "--release-pool/--no-release-pool", "",
+    "Let fix release a hugepage pool other programs may use (release_pool:).")
+"""Consent for ``fix`` to act, not a fact of the engine: only the commands that write take it."""
 
 
 def a_path(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
@@ -62,7 +105,7 @@ def _root_dir(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 def host_options(func: F) -> F:
-    """Add ``--root``, ``--bundle``, ``--config``, ``--arena``, ``--kv``, ``--gpu``, ``--unit``."""
+    """Add ``--root``, ``--bundle``, ``--config`` and the setting flags (:data:`SETTING_FLAGS`)."""
     options = [
         click.option("--root", default="/", show_default=True, metavar="DIR", callback=_root_dir,
                      shell_complete=complete_folders,
@@ -71,21 +114,60 @@ def host_options(func: F) -> F:
                      shell_complete=complete_files, help="Replay a host from a report bundle (.tar.gz)."),
         click.option("--config", metavar="FILE", callback=a_path, shell_complete=complete_files,
                      help="Engine config (default: /etc/strata-doctor.yaml under the root)."),
-        click.option("--arena", metavar="SIZE", help="Pinned expert arena, e.g. 46.84GiB."),
-        click.option("--kv", metavar="SIZE", help="Pinned K/V cache, e.g. 3.09GiB."),
-        click.option("--gpu", metavar="ADDRESS", help="Compute GPU's PCI address, e.g. 0000:84:00.0."),
-        click.option("--unit", metavar="NAME", help="Engine systemd unit (default strata.service)."),
+        *(setting_option(flag) for flag in SETTING_FLAGS),
     ]
     for option in reversed(options):
         func = option(func)
     return func
 
 
+def setting_option(flag: SettingFlag) -> Callable[[F], F]:
+    """The click option of one setting flag, its value checked as the config key's is."""
+    if "/" in flag.flag:  # a switch: --lock/--no-lock, None when neither is given
+        return click.option(flag.flag, flag.key, default=None, help=flag.help)
+    return click.option(flag.flag, flag.key, default=None, callback=_setting_value,
+                        metavar=flag.metavar, help=flag.help)
+
+
+def _setting_value(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A setting flag's value, refused in the config key's own words when it is bad:
+    ``Invalid value for '--arena': '12' has no unit (write e.g. 12GiB or 12MiB)``."""
+    if value is None:
+        return None
+    from strata_doctor.config import convert_setting
+
+    assert param.name is not None
+    try:
+        convert_setting(param.name, value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+    return value
+
+
 def host_from_kwargs(kwargs: Dict[str, Any]) -> HostOptions:
-    """Pop the shared host options out of a command's keyword arguments."""
-    names = ("root", "config", "arena", "kv", "gpu", "unit", "bundle")
-    values = {name: kwargs.pop(name) for name in names}
-    return HostOptions(**values)
+    """Pop the shared host options and every setting flag out of a command's keyword arguments."""
+    root, config, bundle = (kwargs.pop(name) for name in ("root", "config", "bundle"))
+    keys = [f.key for f in (*SETTING_FLAGS, RELEASE_POOL_FLAG) if f.key in kwargs]
+    given = ((key, kwargs.pop(key)) for key in keys)
+    return HostOptions(root, config, bundle, tuple((k, v) for k, v in given if v is not None))
+
+
+def flag_of(key: str) -> str:
+    """The flag that gives a config key, as typed: ``--arena``, ``--lock`` (``--no-lock``)."""
+    found = next((f for f in (*SETTING_FLAGS, RELEASE_POOL_FLAG) if f.key == key), None)
+    return found.flag.split("/")[0] if found is not None else f"--{key.replace('_', '-')}"
+
+
+def setting_args(settings: Sequence[Tuple[str, object]]) -> Tuple[str, ...]:
+    """The setting flags given, as words of a command line: ``--arena 46.84GiB``, ``--no-lock``."""
+    words: List[str] = []
+    for key, value in settings:
+        if isinstance(value, bool):
+            flag = flag_of(key)
+            words.append(flag if value else "--no-" + flag[2:])
+        else:
+            words.extend((flag_of(key), str(value)))
+    return tuple(words)
 
 
 class UsageFailure(click.ClickException):
@@ -95,6 +177,15 @@ class UsageFailure(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         click.echo(f"strata-doctor: error: {self.format_message()}", err=True)
+
+
+def require_privilege(root_path: str, changes: bool) -> None:
+    """Changing this host (``/``) needs root: exit 2 otherwise (a tree under --root does not)."""
+    from pathlib import Path
+
+    if changes and Path(root_path).resolve() == Path("/") and os.geteuid() != 0:
+        raise UsageFailure("changing this host (/) needs root: run it with sudo, or write into a tree "
+                           "with --root DIR")
 
 
 def open_host(options: HostOptions) -> Tuple["Root", "HostContext"]:
@@ -134,13 +225,10 @@ def _open_context(root: "Root", options: HostOptions) -> "HostContext":
     from strata_doctor.context import HostContext
 
     config = load_config(root, options.config)
-    config = apply_settings(
-        config,
-        {"arena": options.arena, "kv": options.kv, "unit": options.unit, "gpu": options.gpu},
-        "command line",
-    )
+    config = apply_settings(config, dict(options.settings), "command line")
+    given = "numa" in dict(options.settings)
     ctx = HostContext(root, config)
-    known_node(ctx, ctx.config.numa, f"{config.source or 'config'}: numa:")
+    known_node(ctx, ctx.config.numa, "--numa" if given else f"{config.source or 'config'}: numa:")
     if ctx.gpu_choice:
         _ = ctx.placement  # validate --gpu now, as a usage error
     return ctx

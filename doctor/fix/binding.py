@@ -6,7 +6,7 @@ systemd gets the numactl wrapper instead, and the fix's summary says why. Every 
 fix lists is online: systemd silently drops a CPU list that names an offline CPU.
 """
 
-from typing import TYPE_CHECKING, FrozenSet, List, Optional, Tuple
+from typing import TYPE_CHECKING, FrozenSet, List, Optional, Sequence, Tuple
 
 from strata_doctor.config import DEFAULT_UNIT
 from strata_doctor.facts.engine import ALLOWED_CPUS_SINCE, NUMA_POLICY_SINCE, SystemdSupport
@@ -26,6 +26,15 @@ PREFLIGHT_DROPIN = "60-strata-doctor-preflight.conf"
 ENGINE_SLICE = "strata.slice"
 WRAPPER = "/usr/local/bin/strata-numa"
 PREFLIGHT_ARGS = "check --quiet --fail-on error"
+
+
+def exec_word(word: str) -> str:
+    """One word of an ``ExecStartPre=`` line as systemd reads it back: ``%`` and ``$`` doubled
+    (systemd expands both), quoted when it holds a space, a quote or a backslash."""
+    word = word.replace("%", "%%").replace("$", "$$")
+    if word and not any(c.isspace() or c in "\"'\\" for c in word):
+        return word
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def systemd_policy(policy: str, mem_nodes: FrozenSet[int]) -> str:
@@ -190,20 +199,24 @@ def reserve_node_fix(ctx: "HostContext", plan: BindingPlan, finding: str) -> Tup
     ), ""
 
 
-def preflight_fix(unit: str, finding: str, script: str) -> Fix:
+def preflight_fix(unit: str, finding: str, script: str, check_args: Sequence[str] = ()) -> Fix:
     """``--preflight``: the engine unit refuses to start while the check finds an error.
 
     ``script`` is the absolute path of the console script: systemd searches no virtual
     environment, so a bare ``strata-doctor`` would keep the unit from starting.
+    ``check_args`` (the config file, the setting flags) make the start check the sizes the
+    operator saw.
     """
-    quoted = f'"{script}"' if any(c.isspace() for c in script) else script
-    command = f"{quoted} {PREFLIGHT_ARGS}"
+    command = f"{exec_word(script)} {PREFLIGHT_ARGS}"
     if unit != DEFAULT_UNIT:
         command += f" --unit {unit}"
+    if check_args:
+        command += " " + " ".join(exec_word(word) for word in check_args)
     return Fix(
         summary=f"run `{command}` before every start of {unit}",
         files=(FileChange(f"{SYSTEMD_DIR}/{unit}.d/{PREFLIGHT_DROPIN}", "preflight-dropin.conf.j2",
-                          context_pairs(unit=unit, command=command, finding=finding)),),
+                          context_pairs(unit=unit, command=command, finding=finding,
+                                        given=" ".join(check_args))),),
         actions=(RuntimeAction("daemon-reload", "systemd"), restart_action(unit)),
         takes_effect="restart",
     )

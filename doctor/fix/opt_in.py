@@ -14,12 +14,13 @@ from strata_doctor.root import Root
 
 def opt_in_fixes(
     ctx: HostContext, results: Sequence[CheckResult], reserve_node: bool, preflight: bool,
-    problems: List[str], notes: List[str],
+    problems: List[str], notes: List[str], check_args: Sequence[str] = (),
 ) -> List[Tuple[Finding, Fix]]:
     """The fixes asked for by option (--reserve-node, --preflight), each with the finding it
-    answers; what stops one is added to ``problems``."""
+    answers; what stops one is added to ``problems``. ``check_args``: what the preflight's
+    check is given (PlanOptions.check_args)."""
     extra = [_reserve_node(ctx, results, problems) if reserve_node else None,
-             _preflight(ctx, problems, notes) if preflight else None]
+             _preflight(ctx, check_args, problems, notes) if preflight else None]
     return [pair for pair in extra if pair is not None]
 
 
@@ -45,7 +46,8 @@ def _reserve_node(
     return finding, fix
 
 
-def _preflight(ctx: HostContext, problems: List[str], notes: List[str]) -> Optional[Tuple[Finding, Fix]]:
+def _preflight(ctx: HostContext, check_args: Sequence[str], problems: List[str],
+               notes: List[str]) -> Optional[Tuple[Finding, Fix]]:
     """The --preflight fix, when the script it names can run."""
     from strata_doctor.fix.binding import preflight_fix
 
@@ -59,7 +61,7 @@ def _preflight(ctx: HostContext, problems: List[str], notes: List[str]) -> Optio
     if where == "this machine":
         notes.append(f"--preflight: {script} is not inside {ctx.root.base}; the path is taken "
                      "from this machine")
-    return finding, preflight_fix(ctx.config.unit, "--preflight", script)
+    return finding, preflight_fix(ctx.config.unit, "--preflight", script, check_args)
 
 
 SCRIPT_ENV = "STRATA_DOCTOR_SCRIPT"

@@ -46,6 +46,9 @@ class PlanOptions:
     """Restart the engine unit after writing (live host only)."""
     force: bool = False
     """Overwrite files that lack the managed-by header."""
+    check_args: Tuple[str, ...] = ()
+    """What the preflight's ``check`` is given besides its own arguments: the config file in
+    effect and the setting flags of this run (``--config /etc/strata-doctor.yaml``)."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,8 @@ def build_plan(ctx: HostContext, results: Sequence[CheckResult], options: PlanOp
     sorted_out = _sort_findings(results, options)
     picked, notes = sorted_out.picked, sorted_out.notes
     problems: List[str] = []
-    picked.extend(opt_in_fixes(ctx, results, options.reserve_node, options.preflight, problems, notes))
+    picked.extend(opt_in_fixes(ctx, results, options.reserve_node, options.preflight,
+                               problems, notes, options.check_args))
     answers = tuple(
         Answer(f"{f.check}/{f.id}", "requested" if f.check == "fix" else f.severity.label, fix.summary,
                fix.takes_effect)

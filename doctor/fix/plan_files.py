@@ -79,7 +79,7 @@ def plan_files(
     for path, changes in by_path.items():
         planned = _merge(path, changes, problems)
         if planned is not None:
-            files.append(_with_current(root, planned, force))
+            files.append(with_current(root, planned, force))
     return files
 
 
@@ -139,7 +139,8 @@ def _merge_settings(path: str, contexts: List[Dict[str, Any]], problems: List[st
     return list(merged.values())
 
 
-def _with_current(root: Root, planned: PlannedFile, force: bool) -> PlannedFile:
+def with_current(root: Root, planned: PlannedFile, force: bool) -> PlannedFile:
+    """``planned`` with what is at its path now, and why it cannot be written (``blocked``)."""
     # Looked at and read through Root, by descriptor inside the root: a link swapped in
     # for a folder on the way never leads the plan's read out of it. What this user may
     # not see reads as absent here; the apply looks again before it writes.
