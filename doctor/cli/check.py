@@ -11,11 +11,14 @@ from strata_doctor.cli.options import (
     FAIL_ON,
     UsageFailure,
     a_path,
+    ascii_only,
+    echo,
     host_from_kwargs,
     host_options,
     known_ids,
     open_host,
     run_selected,
+    terminal_width,
     use_color,
 )
 from strata_doctor.model import CheckResult, Severity
@@ -59,9 +62,10 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
         click.echo(render_json.to_json(ctx, results, code), nl=False)
     elif quiet:
         for line in render.quiet_lines(results, threshold):
-            click.echo(line)
+            echo(line)
     else:
-        click.echo(render.to_text(results, code, render.TextStyle(use_color()), verbose), nl=False)
+        style = render.TextStyle(use_color(), terminal_width(), ascii_only())
+        echo(render.to_text(results, code, style, verbose), nl=False)
     sys.exit(code)
 
 
