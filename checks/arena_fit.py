@@ -27,8 +27,10 @@ class ArenaFit(Check):
     node's MemTotal; on two or more nodes the finding names the node with the most MemFree,
     where the engine's memory would best go. Memory the running engine already holds on the
     node counts as available to it. When the need exceeds MemTotal the excess spills to the
-    next node with a preferred policy; the finding says how much and where. A size the tree
-    does not show is unknown, naming the file. Skipped when no arena size is known
+    next node with a preferred policy; the finding says how much and where. When it fits
+    MemTotal but not what is free now (MemFree plus what the engine holds there), that one
+    warning replaces ``fits``: one row per run. A size the tree does not show is unknown,
+    naming the file. Skipped when no arena size is known
     (``--arena`` or ``arena:``).
     """
 
@@ -66,22 +68,28 @@ class ArenaFit(Check):
                 evidence=evidence,
             )
             return
+        # MemFree that no meminfo gives is unknown: no claim about it either way.
+        available = None if room.free is None else room.free + held
+        fits = f"{arith} fits {where} ({format_bytes(total)})"
+        if available is not None and need > available:
+            # One row: it fits the node's size, but not what is free of it now.
+            yield self.finding(
+                "low-free", Severity.WARNING,
+                f"{fits}, but only {format_bytes(available)} of it is free for the engine now: "
+                f"{format_bytes(need - available)} less than it needs",
+                detail=_sentences(
+                    f"Its MemTotal leaves {format_bytes(total - need)} to spare.",
+                    self._low_free_detail(ctx, nodes, held), self._counted(ctx, room),
+                    self._preferred(room)),
+                evidence=evidence,
+            )
+            return
         yield self.finding(
             "fits", Severity.OK,
-            f"{arith} fits {where} ({format_bytes(total)}): {format_bytes(total - need)} to spare",
+            f"{fits}: {format_bytes(total - need)} to spare",
             detail=_sentences(self._counted(ctx, room), self._preferred(room)),
             evidence=evidence,
         )
-        # MemFree that no meminfo gives is unknown: no claim about it either way.
-        available = None if room.free is None else room.free + held
-        if available is not None and need > available:
-            yield self.finding(
-                "low-free", Severity.WARNING,
-                f"only {format_bytes(available)} of {where} is free for the engine now, "
-                f"{format_bytes(need - available)} less than it needs",
-                detail=self._low_free_detail(ctx, nodes, held),
-                evidence=evidence,
-            )
 
     def _unknown(self, ctx: HostContext, room: ArenaRoom) -> Finding:
         """The size is not in the tree: which node or host, and which files say nothing."""

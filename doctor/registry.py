@@ -190,8 +190,32 @@ def _run_one(
         findings = tuple(check.run(ctx))
     except Exception as exc:
         return CheckResult(check.id, check.title, crash=Crash(check.id, f"{type(exc).__name__}: {exc}"))
-    findings = tuple(_downgrade(f, ignored) for f in findings)
+    findings = tuple(_downgrade(f, ignored) for f in one_row(findings))
     return CheckResult(check.id, check.title, findings=findings)
+
+
+def one_row(findings: Sequence[Finding]) -> Tuple[Finding, ...]:
+    """A check's findings without an ok one beside one that is not: a row saying all is
+    well above a row saying it is not reads as a contradiction. Each ok finding becomes a
+    sentence of the worst finding's detail (what is fine, with its numbers), its evidence
+    joins the worst's; findings that are all ok, or none ok, are kept as they are."""
+    fine = [f for f in findings if f.severity is Severity.OK]
+    if not fine or len(fine) == len(findings):
+        return tuple(findings)
+    worst = max(findings, key=lambda f: f.severity)  # the first of the most severe
+    merged = _fold(worst, fine)
+    return tuple(merged if f is worst else f for f in findings if f.severity is not Severity.OK)
+
+
+def _fold(worst: Finding, fine: Sequence[Finding]) -> Finding:
+    """``worst`` with each of ``fine`` as a sentence of its detail, and with their evidence."""
+    parts = [worst.detail] if worst.detail else []
+    evidence = list(worst.evidence)
+    for finding in fine:
+        parts.append(f"The rest is fine: {finding.summary}.")
+        parts.extend([finding.detail] if finding.detail else [])
+        evidence.extend(e for e in finding.evidence if e not in evidence)
+    return worst._replace(detail=" ".join(parts), evidence=tuple(evidence))
 
 
 def _downgrade(finding: Finding, ignored: frozenset[str]) -> Finding:

@@ -102,8 +102,10 @@ def test_numa_off_fits_the_whole_host(tmp_path: Path) -> None:
     files = two_node_files()
     files["/etc/strata-doctor.yaml"] = 'numa: "off"\n'
     found = arena_fit(write_tree(tmp_path / "host", files), "--arena", "20GiB", "--kv", "1GiB")
-    assert "fits this host (32.00 GiB): 7.00 GiB to spare" in found["fits"]["summary"]
-    assert found["fits"]["evidence"][0] == {"source": "/proc/meminfo", "value": "MemTotal=32.00 GiB"}
+    # It fits the host's 32.00 GiB, but only 16.00 GiB is free: the one low-free row says both.
+    assert "fits this host (32.00 GiB), but only 16.00 GiB of it is free" in found["low-free"]["summary"]
+    assert "Its MemTotal leaves 7.00 GiB to spare." in found["low-free"]["detail"]
+    assert found["low-free"]["evidence"][0] == {"source": "/proc/meminfo", "value": "MemTotal=32.00 GiB"}
 
 
 def test_unknown_names_the_node_and_its_file(tmp_path: Path) -> None:

@@ -63,7 +63,8 @@ def test_online_cpus_come_from_each_cpus_online_file(data: Dict[str, Any]) -> No
     offline = finding(data, "numa-topology", "offline-cpus")
     assert offline["severity"] == "info"
     assert offline["summary"] == "4 CPUs are offline (12-15); they are left out of every CPU list"
-    assert offline["evidence"] == [{"source": "/sys/devices/system/cpu/cpu*/online", "value": "12-15"}]
+    assert offline["evidence"][0] == {"source": "/sys/devices/system/cpu/cpu*/online", "value": "12-15"}
+    assert "The rest is fine: 2 NUMA nodes" in offline["detail"]  # the layout, folded in
 
 
 def test_the_gpu_is_recognised_from_modalias(data: Dict[str, Any]) -> None:
@@ -71,8 +72,9 @@ def test_the_gpu_is_recognised_from_modalias(data: Dict[str, Any]) -> None:
     assert (gpu.address, gpu.pci_class, gpu.class_source) == (GPU, 0x030000, "modalias")
     (fact,) = data["facts"]["gpus"]
     assert (fact["class"], fact["compute"], fact["numa_node"]) == ("030000", True, 1)
-    placed = finding(data, "gpu-placement", "placed")
-    assert "0000:82:00.0 on node 1" in placed["summary"]
+    # Placed fine, so told in the detail of the contradiction below, gpu-placement's one row.
+    placed = finding(data, "gpu-placement", "local-cpus-contradiction")
+    assert "0000:82:00.0 on node 1" in placed["detail"]
     assert {"source": f"/sys/bus/pci/devices/{GPU}/modalias", "value": "class 030000 (no class file)"} \
         in placed["evidence"]
 

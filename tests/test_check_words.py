@@ -127,7 +127,9 @@ ARENA = re.compile(rf"^arena {GIB} \+ K/V {GIB} \+ headroom {GIB} = {GIB} (fits|
                    rf"(node [0-9,]+|nodes [0-9,]+|this host) \({GIB}\): {GIB} (to spare|short)$")
 
 
-@pytest.mark.parametrize("arena,verdict", [("46.84GiB", "fits"), ("80GiB", "does not fit")])
+# 20 GiB: the seed's own 46.84 GiB fits node 1's size but not what is free of it now, which
+# is the one low-free warning (tests/test_one_row.py), not this sentence.
+@pytest.mark.parametrize("arena,verdict", [("20GiB", "fits"), ("80GiB", "does not fit")])
 def test_arena_fit_says_fits_and_does_not_fit_alike(arena: str, verdict: str) -> None:
     data = check_json(HOSTS / "seed-box", "--arena", arena)
     found = findings_of(data, "arena-fit")

@@ -210,7 +210,9 @@ def topology(root: Path) -> Dict[str, Any]:
     rows = {c["id"]: c for c in data["checks"]}  # type: ignore[union-attr]
     assert [c["id"] for c in rows.values() if c["status"] == "crashed"] == []
     found = [f for f in data["findings"] if f["check"] == "numa-topology"]  # type: ignore[union-attr]
-    return {"layout": [f["summary"] for f in found if f["id"] in ("layout", "single-node")],
+    # Beside a quirk the layout, fine, is a sentence of the quirk's detail (one row per check).
+    told = [m.group(1) for f in found for m in re.finditer(r"The rest is fine: (.*?)\.(?: |$)", f["detail"])]
+    return {"layout": [f["summary"] for f in found if f["id"] in ("layout", "single-node")] or told,
             "quirks": [f["summary"] for f in found if f["id"] == "firmware-quirk"]}
 
 

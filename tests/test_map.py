@@ -21,7 +21,8 @@ from strata_doctor.cli import main
 from strata_doctor.config import EngineConfig
 from strata_doctor.context import HostContext
 from strata_doctor.output.hostmap import build_map
-from strata_doctor.output.map import encodable, to_ascii, to_mermaid, to_text
+from strata_doctor.output.map import encodable, to_ascii, to_text
+from strata_doctor.output.map_mermaid import to_mermaid
 from strata_doctor.root import Root
 from tests.conftest import HOSTS, REPO, compare_golden, run_cli, two_node_files, write_tree
 from tests.corpus import SNAPSHOTS

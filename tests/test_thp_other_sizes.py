@@ -32,9 +32,10 @@ def test_the_reason_names_the_other_size_and_its_node() -> None:
 
 
 def test_the_same_count_as_the_hugepages_check() -> None:
-    # One fact, one count: the clause THP quotes is the one hugepages/no-pool gives.
+    # One fact, one count: the clause THP quotes is the one hugepages/no-pool gives (told in
+    # the unused pool's detail, as the one row of hugepages).
     data = check_json(HOST, "hugepages", "transparent-hugepages")
-    no_pool = findings_of(data, "hugepages")["no-pool"]["summary"]
+    no_pool = findings_of(data, "hugepages")["unused-pool"]["detail"]
     summary = findings_of(data, "transparent-hugepages")["madvise"]["summary"]
     assert "(128 2 MiB pages on node 0)" in no_pool and "(128 2 MiB pages on node 0)" in summary
 

@@ -11,13 +11,16 @@ from strata_doctor.cli.options import (
     FAIL_ON,
     UsageFailure,
     a_path,
+    ascii_only,
     complete_checks,
     complete_ids,
+    echo,
     host_from_kwargs,
     host_options,
     known_ids,
     open_host,
     run_selected,
+    terminal_width,
     use_color,
 )
 from strata_doctor.model import CheckResult, Severity
@@ -59,19 +62,24 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
     elif fmt == "json":
         from strata_doctor.output import json as render_json
 
-        _emit(output, render_json.to_json(ctx, results, code))
+        _emit(output, render_json.to_json(ctx, results, code), marks=False)
     elif quiet:
         _emit(output, "".join(line + "\n" for line in render.quiet_lines(results, threshold)))
     else:
-        colour = use_color() if output is None else False  # a file gets no escape codes
-        _emit(output, render.to_text(results, code, render.TextStyle(colour), verbose))
+        # A file gets no escape codes and one line per row; standard output is fitted to its
+        # terminal and gets the ASCII marks where it cannot encode the others.
+        style = (render.TextStyle(use_color(), terminal_width(), ascii_only()) if output is None
+                 else render.TextStyle(False))
+        _emit(output, render.to_text(results, code, style, verbose))
     sys.exit(code)
 
 
-def _emit(output: Optional[str], text: str) -> None:
-    """``text`` on standard output, or in the file ``--output`` names."""
+def _emit(output: Optional[str], text: str, marks: bool = True) -> None:
+    """``text`` on standard output, or in the file ``--output`` names; ``marks``: text with the
+    marks, which get their ASCII forms on a stream that cannot encode them (JSON is data and
+    goes out as it is)."""
     if output is None:
-        click.echo(text, nl=False)
+        (echo if marks else click.echo)(text, nl=False)
     else:
         _write_output(output, text, None)
 

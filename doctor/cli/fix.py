@@ -23,6 +23,7 @@ from strata_doctor.cli.options import (
     SETTING_FLAGS,
     UsageFailure,
     complete_ids,
+    echo,
     host_from_kwargs,
     host_options,
     known_ids,
@@ -165,10 +166,10 @@ def _apply_locked(root: Any, ctx: Any, before: Sequence[CheckResult], plan: Any,
               {"schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": False})
         return 0
     if fmt == "text":
-        click.echo(plan_text(plan, applying=True))
+        echo(plan_text(plan, applying=True))
     if not yes and _interactive() and not click.confirm("Apply these changes?", default=False):
         drop_state_quietly(lock)
-        click.echo("Nothing applied.")
+        echo("Nothing applied.")
         return 0
     try:
         report = apply_plan(root, plan, lock)
@@ -183,9 +184,9 @@ def _interactive() -> bool:
 
 def _emit(fmt: str, text: str, data: Dict[str, Any], err: bool = False) -> None:
     if fmt == "json":
-        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        echo(json.dumps(data, indent=2, sort_keys=True))
     else:
-        click.echo(text, nl=False, err=err)
+        echo(text, nl=False, err=err)
 
 
 def _after(options: Any, ctx: Any, before: Sequence[CheckResult], report: Any, plan: Any, fmt: str) -> int:
@@ -200,7 +201,7 @@ def _after(options: Any, ctx: Any, before: Sequence[CheckResult], report: Any, p
     code = render.exit_code(after, Severity.ERROR)
     rows = transitions(before, after)
     if fmt == "json":
-        click.echo(json.dumps({
+        echo(json.dumps({
             "schema": RESULT_SCHEMA, "plan": plan_data(plan), "applied": True,
             "written": list(report.written), "actions": list(report.actions),
             "skipped_actions": list(report.skipped_actions), "journal": report.journal,
@@ -212,21 +213,21 @@ def _after(options: Any, ctx: Any, before: Sequence[CheckResult], report: Any, p
 
     saved = report.journal.rpartition("/")[0]  # the apply's folder: the originals and their journal
     saved = saved if ctx.root.live else str(ctx.root.path(saved))  # where it is on this machine
-    click.echo(f"Wrote {counted(len(report.written), 'file')}; the originals are saved in {saved}/.")
+    echo(f"Wrote {counted(len(report.written), 'file')}; the originals are saved in {saved}/.")
     for line in report.actions:
-        click.echo(f"  ran: {line}")
+        echo(f"  ran: {line}")
     for line in report.skipped_actions:
-        click.echo(f"  not run: {line}")
-    click.echo("")
-    click.echo("Checks, before → after:")
+        echo(f"  not run: {line}")
+    echo("")
+    echo("Checks, before → after:")
     width = max((len(c) for c, _, _, _ in rows), default=10)
     for check, was, now, summary in rows:
         if was == now:
-            click.echo(f"  {check.ljust(width)}  {was} (unchanged)")
+            echo(f"  {check.ljust(width)}  {was} (unchanged)")
         else:
-            click.echo(f"  {check.ljust(width)}  {was} → {now}: {_without_state(summary, now)}")
-    click.echo("")
-    click.echo(f"{'ready' if code == 0 else 'not ready'} (exit {code}); "
+            echo(f"  {check.ljust(width)}  {was} → {now}: {_without_state(summary, now)}")
+    echo("")
+    echo(f"{'ready' if code == 0 else 'not ready'} (exit {code}); "
                f"undo with `strata-doctor fix --revert{_root_flag(options)}`")
     return code
 
@@ -282,22 +283,22 @@ def _revert(root_path: str, force: bool, fmt: str, wait: bool) -> int:
     except ApplyError as exc:
         raise UsageFailure(str(exc)) from None
     if fmt == "json":
-        click.echo(json.dumps({
+        echo(json.dumps({
             "schema": "strata-doctor/fix-revert/v1", "restored": list(report.restored),
             "removed": list(report.removed), "actions": list(report.actions),
             "interrupted": report.interrupted, "nothing": report.nothing,
         }, indent=2, sort_keys=True))
         return 0
     if report.nothing:
-        click.echo("Nothing to revert: no apply is recorded under "
+        echo("Nothing to revert: no apply is recorded under "
                    f"{root.path('/var/lib/strata-doctor')}.")
         return 0
     if report.interrupted:
-        click.echo("The last apply had not finished; undoing what it did.")
+        echo("The last apply had not finished; undoing what it did.")
     for path in report.restored:
-        click.echo(f"restored {path}")
+        echo(f"restored {path}")
     for path in report.removed:
-        click.echo(f"removed  {path}")
+        echo(f"removed  {path}")
     for line in report.actions:
-        click.echo(f"ran: {line}")
+        echo(f"ran: {line}")
     return 0

@@ -7,12 +7,18 @@ Mermaid for Markdown, JSON (``strata-doctor/map/v1``) for programs.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
-from strata_doctor.cli.options import UsageFailure, host_from_kwargs, host_options, open_host
+from strata_doctor.cli.options import (
+    UsageFailure,
+    ascii_only,
+    host_from_kwargs,
+    host_options,
+    open_host,
+    terminal_width,
+)
 
 
 @click.command("map")
@@ -25,6 +31,7 @@ def map_command(fmt: str, **kwargs: Any) -> None:
     from strata_doctor.output import map as render_map
     from strata_doctor.output.hostmap import build_map
     from strata_doctor.output.map_json import to_json
+    from strata_doctor.output.map_mermaid import to_mermaid
 
     _, ctx = open_host(host_from_kwargs(kwargs))
     try:
@@ -34,9 +41,7 @@ def map_command(fmt: str, **kwargs: Any) -> None:
     if fmt == "json":
         click.echo(to_json(host), nl=False)
     elif fmt == "mermaid":
-        click.echo(render_map.to_mermaid(host), nl=False)
-    else:
-        stream = sys.stdout if sys.stdout is not None else sys.__stdout__
-        ascii_only = not render_map.encodable(getattr(stream, "encoding", None))
-        click.echo(render_map.to_text(host, ascii_only), nl=False)
+        click.echo(to_mermaid(host), nl=False)
+    else:  # box drawing in ASCII where the stream lacks it; fitted to a terminal's width
+        click.echo(render_map.to_text(host, ascii_only(), terminal_width()), nl=False)
 

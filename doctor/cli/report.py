@@ -19,6 +19,7 @@ from strata_doctor.cli.options import (
     UsageFailure,
     a_path,
     complete_ids,
+    echo,
     host_from_kwargs,
     host_options,
     known_ids,
@@ -178,7 +179,7 @@ def _write_bundle(path: str, parts: Tuple[Any, List[Any]], redactor: Any, markdo
         replay = "FILE.tar.gz"
     # The report's own count (Report.unreadable), said in the report's words.
     unread = could_not_read(info.unreadable) + (", listed in manifest.json" if info.unreadable else "")
-    click.echo(
+    echo(
         f"strata-doctor: wrote {where} ({info.size / 1024:.1f} KiB, {info.entries:,} entries, {unread}); "
         f"replay with: strata-doctor check --bundle {replay}",
         err=True,
@@ -189,7 +190,7 @@ def _emit(text: str, output: Optional[str]) -> None:
     from strata_doctor.output.files import OutputError, is_stdout, write_text
 
     if output is None or is_stdout(output):
-        click.echo(text, nl=False)
+        echo(text, nl=False)
         return
     try:
         write_text(output, text)
@@ -197,7 +198,7 @@ def _emit(text: str, output: Optional[str]) -> None:
         raise UsageFailure(f"--output {exc}") from None
     except OSError as exc:
         raise UsageFailure(f"--output {output}: cannot write: {exc.strerror or exc}") from None
-    click.echo(f"strata-doctor: wrote {output}", err=True)
+    echo(f"strata-doctor: wrote {output}", err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,17 +1,17 @@
-"""Draw a :class:`~strata_doctor.output.hostmap.HostMap`: boxes for the terminal, a Mermaid
-flowchart for Markdown (the report); ``output/map_json.py`` gives it as JSON (``strata-doctor/map/v1``).
+"""Draw a :class:`~strata_doctor.output.hostmap.HostMap` as boxes for the terminal;
+``output/map_mermaid.py`` draws it as a Mermaid flowchart for Markdown (the report), and
+``output/map_json.py`` gives it as JSON (``strata-doctor/map/v1``).
 
 Pure: the map in, text out. Box drawing characters under a stream that can encode them,
-ASCII otherwise (the same stand-ins as check's marks, ``render.ASCII``). The Mermaid keeps
-to the basic ``flowchart`` subset GitHub and GitLab render: ``subgraph``, rectangles,
-``---``, ``-.->`` and ``==>`` links with quoted labels, ``classDef``.
+ASCII otherwise (the same stand-ins as check's marks, ``render.ASCII``). Given a width
+(a terminal's), every line fits it: the boxes' rows and the engine's lines wrap, and the
+distance table is cut into as many column blocks as it takes.
 """
 
 from __future__ import annotations
 
-import re
 import textwrap
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Union
 
 from strata_doctor.facts.parse import format_bytes, format_cpulist, format_nodes
 from strata_doctor.output.hostmap import ArenaPlace, HostMap, MapGpu, MapNode
@@ -26,21 +26,39 @@ GLYPHS = "".join(BOX.values()) + "→"
 """Every symbol the text picture uses: a stream that cannot encode them gets ASCII."""
 LABEL = 8  # width of the labels inside a node's box ("memory  ")
 WRAP = 100  # the engine section's long lines wrap here
-ENTITIES = {"#": "#35;", '"': "#quot;", "<": "#lt;", ">": "#gt;", ";": "#59;"}
-"""Characters of host text that Mermaid would read as syntax, as its entity codes."""
-MAX_LINKS = 28  # distance links in the Mermaid: every pair of 8 nodes
 
 
 # -- text -----------------------------------------------------------------------
-def to_text(host: HostMap, ascii_only: bool = False) -> str:
+class Frame(NamedTuple):
+    """How the picture is laid out: the width to fit (None: no limit) and ASCII only."""
+
+    width: Optional[int] = None
+    """The terminal's width; None for a pipe or a file."""
+    ascii_only: bool = False
+    """The stream cannot encode box drawing or the arrows."""
+
+    def wrap(self, text: str, first: str, rest: str, width: Optional[int] = None) -> List[str]:
+        """``text`` after ``first`` (further lines after ``rest``), within ``width`` (default:
+        the frame's; none: one line), in ASCII when the frame says so."""
+        width = width or self.width
+        text = to_ascii(text) if self.ascii_only else text
+        if width is None:
+            return [first + text]
+        return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest,
+                             break_on_hyphens=False) or [first.rstrip()]
+
+
+def to_text(host: HostMap, ascii_only: bool = False, width: Optional[int] = None) -> str:
     """The picture for a terminal: sockets holding their nodes, each node with its CPUs,
-    memory, GPUs, the engine now and the plan; then distances, the engine and the fix."""
-    lines = [_headline(host)]
-    boxes = _node_boxes(host)
+    memory, GPUs, the engine now and the plan; then distances, the engine and the fix.
+    Every line fits ``width`` when one is given."""
+    frame = Frame(width, ascii_only)
+    lines = frame.wrap(_headline(host), "", " " * len("host: "))
+    boxes = _node_boxes(host, frame)
     if boxes:
         lines.extend(["", *boxes])
-    lines.extend(_distance_table(host.nodes))
-    lines.extend(_engine_lines(host))
+    lines.extend(_distance_table(host.nodes, width))
+    lines.extend(_engine_lines(host, frame))
     text = "\n".join(lines) + "\n"
     return to_ascii(text) if ascii_only else text
 
@@ -84,11 +102,13 @@ def _count(number: int, word: str) -> str:
     return f"{number} {word}{'' if number == 1 else 's'}"
 
 
-def _node_boxes(host: HostMap) -> List[str]:
+def _node_boxes(host: HostMap, frame: Frame) -> List[str]:
     """Sockets holding their nodes, then nodes of no socket, then GPUs of no known node;
-    every node box as wide as the widest, so that the picture lines up."""
-    contents = {node.id: _node_lines(host, node) for node in host.nodes}
-    lost = [_gpu_lines(gpu) for gpu in _lost_gpus(host)]
+    every node box as wide as the widest, so that the picture lines up, and no wider than
+    the frame (a box inside a socket's is 4 columns narrower)."""
+    inner = _inner_width(host, frame)
+    contents = {node.id: _fit(_node_lines(host, node), frame, inner) for node in host.nodes}
+    lost = [_fit(_gpu_lines(gpu), frame, inner) for gpu in _lost_gpus(host)]
     width = max([len(line) for lines in [*contents.values(), *lost] for line in lines], default=0)
     lines = _socket_boxes(host, contents, width)
     for node in host.nodes:
@@ -98,6 +118,18 @@ def _node_boxes(host: HostMap) -> List[str]:
     for gpu_lines in lost:
         lines.extend(_box("GPU on no known node", gpu_lines, width + 4))
     return lines
+
+
+def _inner_width(host: HostMap, frame: Frame) -> Optional[int]:
+    """How wide a node box's rows may be: the frame less the node's box, and the socket's."""
+    if frame.width is None:
+        return None
+    return frame.width - (8 if any(n.socket is not None for n in host.nodes) else 4)
+
+
+def _fit(rows: List[str], frame: Frame, width: Optional[int]) -> List[str]:
+    """A box's rows wrapped to ``width``, each further line under its row's value."""
+    return [line for row in rows for line in frame.wrap(row, "", " " * LABEL, width)]
 
 
 def _lost_gpus(host: HostMap) -> List[MapGpu]:
@@ -181,37 +213,45 @@ def _box(title: str, content: Sequence[str], width: int = 0) -> List[str]:
     return [top, *body, bottom]
 
 
-def _distance_table(nodes: Sequence[MapNode]) -> List[str]:
+def _distance_table(nodes: Sequence[MapNode], width: Optional[int] = None) -> List[str]:
+    """The distances, one row per node; in blocks of as many columns as ``width`` holds."""
     if len(nodes) < 2:
         return []
-    names = [f"node{n.id}" for n in nodes]
     first = len("distances") + 1
-    width = max(len(name) for name in names) + 2
-    head = "distances".ljust(first) + "".join(name.rjust(width) for name in names)
-    rows = [
-        f"node{n.id}".ljust(first) + "".join(("?" if d is None else str(d)).rjust(width)
-                                             for _, d in n.distances)
-        for n in nodes
-    ]
-    return ["", head, *rows]
+    column = max(len(f"node{n.id}") for n in nodes) + 2
+    per_block = len(nodes) if width is None else max(1, (width - first) // column)
+    lines = []
+    for start in range(0, len(nodes), per_block):
+        block = nodes[start:start + per_block]
+        ids = [n.id for n in block]
+        lines.extend(["", "distances".ljust(first) + "".join(f"node{i}".rjust(column) for i in ids)])
+        for n in nodes:
+            row = dict(n.distances)
+            cells = "".join(_distance(row.get(i)).rjust(column) for i in ids)
+            lines.append(f"node{n.id}".ljust(first) + cells)
+    return lines
 
 
-def _engine_lines(host: HostMap) -> List[str]:
+def _distance(value: Optional[int]) -> str:
+    return "?" if value is None else str(value)
+
+
+def _engine_lines(host: HostMap, frame: Frame) -> List[str]:
     engine, plan = host.engine, host.plan
-    lines = ["", f"engine  {engine.unit}, {engine.state}"]
+    lines = ["", *frame.wrap(f"engine  {engine.unit}, {engine.state}", "", " " * LABEL)]
     if engine.source != "none":
         cpus = format_cpulist(engine.cpus) if engine.cpus else "any (no limit)"
-        lines.append(_item("now", f"{engine.source}: CPUs {cpus}, memory {engine.memory}"))
+        lines.append(_item(frame, "now", f"{engine.source}: CPUs {cpus}, memory {engine.memory}"))
     if plan.binds:
-        lines.append(_item("plan", f"{' '.join(plan.numactl)}: CPUs {plan.cpulist}, memory "
-                                   f"{plan.policy} on {format_nodes(plan.nodes)}"))
+        lines.append(_item(frame, "plan", f"{' '.join(plan.numactl)}: CPUs {plan.cpulist}, memory "
+                                          f"{plan.policy} on {format_nodes(plan.nodes)}"))
     else:
-        lines.append(_item("plan", "no binding"))
-    lines.extend(_item("", f"- {reason}") for reason in plan.reasons)
-    lines.append(_item("arena", _arena_text(host.arena)))
-    lines.append(_item("fix", host.fix))
+        lines.append(_item(frame, "plan", "no binding"))
+    lines.extend(_item(frame, "", f"- {reason}") for reason in plan.reasons)
+    lines.append(_item(frame, "arena", _arena_text(host.arena)))
+    lines.append(_item(frame, "fix", host.fix))
     width = max((len(c.what) for c in host.changes), default=0) + 2
-    lines.extend(_item("", f"{c.what.ljust(width)}{c.now} → {c.after}") for c in host.changes)
+    lines.extend(_item(frame, "", f"{c.what.ljust(width)}{c.now} → {c.after}") for c in host.changes)
     return lines
 
 
@@ -232,133 +272,11 @@ def _arena_text(arena: Optional[ArenaPlace]) -> str:
             f"({_size(arena.total_bytes)}): {fits}")
 
 
-def _item(label: str, text: str) -> str:
+def _item(frame: Frame, label: str, text: str) -> str:
     indent = " " * 2 + label.ljust(LABEL - 1) + " "
-    wrapped = textwrap.wrap(text, WRAP, initial_indent=indent, subsequent_indent=" " * (len(indent) + 2),
-                            break_on_hyphens=False, break_long_words=False)
-    return "\n".join(wrapped) if wrapped else indent.rstrip()
+    wrapped = frame.wrap(text, indent, " " * (len(indent) + 2), min(frame.width or WRAP, WRAP))
+    return "\n".join(wrapped)
 
 
 def _size(value: Optional[int]) -> str:
     return format_bytes(value) if value is not None else "unknown"
-
-
-# -- Mermaid --------------------------------------------------------------------
-def to_mermaid(host: HostMap) -> str:
-    """A Mermaid ``flowchart`` of the same picture, without the fence."""
-    ids = {n.id for n in host.nodes}
-    out = ["flowchart TB", *_mermaid_nodes(host), *_mermaid_gpus(host, ids)]
-    out.extend(f'  node{a} ---|"{_escape(text)}"| node{b}' for a, b, text in _distance_links(host))
-    out.extend(_mermaid_engine(host, ids))
-    out.extend(_mermaid_classes(host, ids))
-    return "\n".join(out) + "\n"
-
-
-def _mermaid_nodes(host: HostMap) -> List[str]:
-    """Nodes inside their socket's subgraph, then nodes of no socket."""
-    out = []
-    for socket in sorted({n.socket for n in host.nodes if n.socket is not None}):
-        out.append(f'  subgraph socket{socket}["socket {socket}"]')
-        out.extend(f"    {_mermaid_node(host, n)}" for n in host.nodes if n.socket == socket)
-        out.append("  end")
-    out.extend(f"  {_mermaid_node(host, n)}" for n in host.nodes if n.socket is None)
-    return out
-
-
-def _mermaid_gpus(host: HostMap, ids: Set[int]) -> List[str]:
-    """Every GPU's box, then its link to the node it is on."""
-    out = []
-    for gpu in host.gpus:
-        label = [f"GPU {gpu.address}", gpu.model, f"PCIe {gpu.link}" if gpu.link else "PCIe link unknown"]
-        out.append(f"  {gpu_id(gpu)}{_label(label + _roles(gpu))}")
-    out.extend(f"  {gpu_id(gpu)} --- node{gpu.node}" for gpu in host.gpus if gpu.node in ids)
-    return out
-
-
-def _mermaid_engine(host: HostMap, ids: Set[int]) -> List[str]:
-    """The engine's box, where it runs now (dotted) and where the plan puts it (thick)."""
-    engine, plan = host.engine, host.plan
-    label = [engine.unit, engine.state]
-    if host.changes:
-        label.append("fix: bind to " + format_nodes(plan.nodes))
-    out = [f"  engine{_label(label)}"]
-    for node in host.nodes:
-        if node.engine_bytes is not None and (node.engine_cpus or node.engine_bytes):
-            now = f"now: {_count(len(node.engine_cpus), 'CPU')}, {format_bytes(node.engine_bytes)}"
-            out.append(f'  engine -.->|"{_escape(now)}"| node{node.id}')
-    if plan.binds:
-        text = _escape("plan: " + " ".join(plan.numactl))
-        out.extend(f'  engine ==>|"{text}"| node{n}' for n in _planned_nodes(host, ids))
-    return out
-
-
-def _planned_nodes(host: HostMap, ids: Set[int]) -> List[int]:
-    return [n for n in sorted(set(host.plan.nodes) | set(host.plan.cpu_nodes)) if n in ids]
-
-
-def _mermaid_classes(host: HostMap, ids: Set[int]) -> List[str]:
-    """Thick borders on the planned nodes and on the compute GPU."""
-    out = []
-    planned = [f"node{n}" for n in _planned_nodes(host, ids)]
-    compute = [gpu_id(g) for g in host.gpus if g.compute]
-    if planned:
-        out += ["  classDef planned stroke-width:3px", f"  class {','.join(planned)} planned"]
-    if compute:
-        out += ["  classDef compute stroke-width:3px", f"  class {','.join(compute)} compute"]
-    return out
-
-
-def _mermaid_node(host: HostMap, node: MapNode) -> str:
-    label = [f"node {node.id}" + (" (memory only)" if node.memory_only else "")]
-    if node.cpus:
-        label.append(f"CPUs {format_cpulist(node.cpus)}")
-        label.append(_cores(node))
-    label.append(f"{format_bytes(node.memory_total)}, {_size(node.memory_free)} free"
-                 if node.memory_total is not None else "memory unknown")
-    planned = [what for what, on in (("arena", node.arena), ("expert pool", node.pool)) if on]
-    if planned:
-        label.append("plan: " + " and ".join(planned))
-    return f"node{node.id}{_label(label)}"
-
-
-def gpu_id(gpu: MapGpu) -> str:
-    """A Mermaid node id for a GPU: letters, digits and underscores only."""
-    return "gpu_" + re.sub(r"[^0-9A-Za-z]", "_", gpu.address)
-
-
-def _label(lines: Iterable[str]) -> str:
-    return '["' + "<br/>".join(_escape(line) for line in lines) + '"]'
-
-
-def _escape(text: str) -> str:
-    """Text safe inside a quoted Mermaid label: :data:`ENTITIES` and anything beyond ASCII
-    as entity codes (``#quot;``, ``#233;``)."""
-    text = to_ascii(" ".join(text.split()))
-    return "".join(ENTITIES.get(char, char) if char.isascii() else f"#{ord(char)};" for char in text)
-
-
-def _distance_links(host: HostMap) -> List[Tuple[int, int, str]]:
-    """Every pair of nodes, up to :data:`MAX_LINKS` (Mermaid refuses a diagram of more than
-    500 links); beyond that only the pairs that touch the planned nodes or the compute
-    GPU's node, the ones that matter to the engine (the text and JSON keep every one)."""
-    pairs = _distance_pairs(host.nodes)
-    if len(pairs) <= MAX_LINKS:
-        return pairs
-    near = set(host.plan.nodes) | set(host.plan.cpu_nodes) | {g.node for g in host.gpus if g.compute}
-    pairs = [pair for pair in pairs if pair[0] in near or pair[1] in near]
-    return pairs if len(pairs) <= MAX_LINKS else []
-
-
-def _distance_pairs(nodes: Sequence[MapNode]) -> List[Tuple[int, int, str]]:
-    rows = {n.id: dict(n.distances) for n in nodes}
-    pairs = []
-    for a in nodes:
-        for b in nodes:
-            if a.id < b.id:
-                there, back = rows[a.id].get(b.id), rows[b.id].get(a.id)
-                if there is None and back is None:
-                    continue
-                text = str(there) if there == back else f"{there if there is not None else '?'}/" \
-                    f"{back if back is not None else '?'}"
-                pairs.append((a.id, b.id, f"distance {text}"))
-    return pairs

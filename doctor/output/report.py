@@ -92,7 +92,7 @@ def host_map(ctx: HostContext) -> Optional[str]:
     """The Mermaid picture of the host (docs/map.md), its GPUs named as nvidia-smi names them."""
     from strata_doctor.api import PlanError
     from strata_doctor.output.hostmap import build_map
-    from strata_doctor.output.map import to_mermaid
+    from strata_doctor.output.map_mermaid import to_mermaid
 
     try:
         return to_mermaid(build_map(ctx))

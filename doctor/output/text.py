@@ -19,11 +19,27 @@ COLORS = {Severity.OK: "green", Severity.INFO: "blue", Severity.WARNING: "yellow
 
 
 # What a stream whose encoding lacks a symbol gets instead (PYTHONIOENCODING=latin-1, a C
-# locale): the marks and the arrows of the text and the report; anything else becomes '?'.
+# locale): the marks and the arrows of the text and the report, the map's box drawing;
+# anything else becomes '?'.
 ASCII = {
     "✓": "+", "✗": "x", "→": "->", "←": "<-", "—": "--", "–": "-", "≥": ">=", "≤": "<=",
     "≈": "~", "×": "x", "…": "...", "·": "*", "•": "*", "‘": "'", "’": "'", "“": '"', "”": '"',
+    "─": "-", "│": "|", "┌": "+", "┐": "+", "└": "+", "┘": "+",  # the map's boxes
 }
+
+
+MARK_SYMBOLS = "✓✗→·"
+"""The marks and arrows of check, fix and report: a stream that cannot encode one gets
+:data:`ASCII` for all of them."""
+
+
+def encodes_marks(encoding: str) -> bool:
+    """Whether a stream in ``encoding`` can write :data:`MARK_SYMBOLS`."""
+    try:
+        MARK_SYMBOLS.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
 
 
 ASCII_ERRORS = "strata-doctor-ascii"
@@ -71,11 +87,33 @@ def exit_code(results: Sequence[CheckResult], fail_on: Severity) -> int:
 
 
 # -- text ---------------------------------------------------------------------
-class TextStyle:
-    """Marks and optional colour for terminal output."""
+MIN_TEXT = 40
+"""The fewest columns a row's text may have beside the ids; a narrower terminal gets the
+narrow layout (the text on the lines under the mark, :data:`NARROW_INDENT` in)."""
+NARROW_INDENT = 4
+MIN_WIDTH = 20
+"""The narrowest width the text is wrapped to, whatever the terminal says."""
+DETAIL_WIDTH = 96
+"""Where a detail wraps when the output is no terminal (a pipe or a file)."""
 
-    def __init__(self, color: bool) -> None:
+
+def wrap_width(is_terminal: bool, columns: int) -> Optional[int]:
+    """The width to wrap lines to: the terminal's ``columns`` (at least :data:`MIN_WIDTH`), or
+    None, no wrapping, when the output is no terminal, so that a pipe or a file gets one line
+    per row, whatever COLUMNS says (docs/exit-codes.md#text-output)."""
+    if not is_terminal:
+        return None
+    return max(columns, MIN_WIDTH) if columns > 0 else 80
+
+
+class TextStyle:
+    """Marks, optional colour, the width to wrap to (None: one line per row) and ASCII marks
+    for a stream that cannot encode the others."""
+
+    def __init__(self, color: bool, width: Optional[int] = None, ascii_only: bool = False) -> None:
         self.color = color
+        self.width = width
+        self.ascii_only = ascii_only
 
     def mark(self, severity: Optional[Severity], text: str) -> str:
         """Colour ``text`` by severity (None: skipped or crashed) when colour is on."""
@@ -87,49 +125,127 @@ class TextStyle:
             return click.style(text, fg="magenta")
         return click.style(text, fg=COLORS[severity], bold=severity >= Severity.WARNING)
 
+    def plain(self, text: str) -> str:
+        """``text`` as the stream can write it: the ASCII stand-ins when it must."""
+        return to_plain(text) if self.ascii_only else text
+
+
+def to_plain(text: str) -> str:
+    """``text`` with every symbol in :data:`ASCII` replaced by its stand-in, anything else
+    beyond ASCII by '?'."""
+    return "".join(ch if ch.isascii() else ASCII.get(ch, "?") for ch in text)
+
+
+class _Layout:
+    """Where a row's text starts and how its lines wrap."""
+
+    def __init__(self, width: Optional[int], column: int) -> None:
+        self.width = width
+        self.column = column
+        self.narrow = width is not None and column + 4 + MIN_TEXT > width
+        self.indent = NARROW_INDENT if self.narrow else column + 4
+
+    def row(self, mark: str, label: str, text: str) -> List[str]:
+        """The row's lines: mark, id and text, wrapped under the text's column."""
+        if self.narrow:
+            return self.wrap(f"{mark} {label}", "", " " * 2) + self.wrap(text, " " * self.indent)
+        return self.wrap(text, f"{mark} {label.ljust(self.column)}  ", " " * self.indent)
+
+    def wrap(self, text: str, first: str, rest: Optional[str] = None,
+             width: Optional[int] = None) -> List[str]:
+        """``text`` after ``first``, its further lines after ``rest`` (default: as ``first``)."""
+        import textwrap
+
+        width = width or self.width
+        if width is None:
+            return [first + text]
+        rest = first if rest is None else rest
+        lines = textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest,
+                              break_on_hyphens=False)
+        return lines or [first.rstrip()]
+
 
 def to_text(
     results: Sequence[CheckResult], code: int, style: TextStyle, verbose: bool = False
 ) -> str:
-    """flutter-doctor-like lines: a mark, the check id, the finding's summary."""
-    width = max((len(r.check) for r in results), default=10)
+    """flutter-doctor-like rows: a mark, the check id (with the finding's, on a row that is not
+    ok: what ``--ignore`` takes), the finding's summary; under a row that is not ok (under
+    every row with ``verbose``), the command that explains it."""
+    column = max((len(_label(r, f)) for r in results for f in (r.findings or [None])), default=10)
+    layout = _Layout(style.width, column)
     lines: List[str] = []
     for result in results:
-        lines.extend(_result_lines(result, width, style, verbose))
+        lines.extend(_result_lines(result, layout, style, verbose))
     lines.append("")
-    lines.append(_tally(results, code))
+    lines.extend(layout.wrap(_tally(results, code), ""))
     return "\n".join(lines) + "\n"
 
 
-def _result_lines(result: CheckResult, width: int, style: TextStyle, verbose: bool) -> List[str]:
-    label = result.check.ljust(width)
+def _label(result: CheckResult, finding: Optional[Finding]) -> str:
+    """The row's id: the check's, and the finding's beside it on a row that is not ok."""
+    if finding is None or finding.severity is Severity.OK:
+        return result.check
+    return f"{finding.check}/{finding.id}"
+
+
+def _result_lines(result: CheckResult, layout: _Layout, style: TextStyle, verbose: bool) -> List[str]:
     if result.crash:
-        return [style.mark(None, "✗") + f" {label}  crashed: {result.crash.error}"]
+        return _marked(layout.row(style.plain("✗"), result.check,
+                                  style.plain(f"crashed: {result.crash.error}")), style, None)
     if result.skip:
-        return [style.mark(None, "?") + f" {label}  skipped: {result.skip.reason}"]
+        lines = layout.row("?", result.check, style.plain(f"skipped: {result.skip.reason}"))
+        if verbose:
+            lines.extend(_pointer(f"{EXPLAIN} {result.check}", layout, style))
+        return _marked(lines, style, None)
     lines = []
     for finding in result.findings:
-        mark = style.mark(finding.severity, MARKS[finding.severity])
         suffix = " (ignored)" if finding.ignored else ""
-        lines.append(f"{mark} {label}  {finding.summary}{suffix}")
+        row = layout.row(style.plain(MARKS[finding.severity]), _label(result, finding),
+                         style.plain(finding.summary + suffix))
+        lines.extend(_marked(row, style, finding.severity))
         if verbose:
-            lines.extend(_verbose_lines(finding, width))
+            lines.extend(_verbose_lines(finding, layout, style))
+        if verbose or finding.severity is not Severity.OK:
+            lines.extend(_pointer(_more(finding), layout, style))
     return lines
 
 
-def _verbose_lines(finding: Finding, width: int) -> List[str]:
-    import textwrap
+def _marked(lines: List[str], style: TextStyle, severity: Optional[Severity]) -> List[str]:
+    """The row's lines with its mark (the first character) coloured."""
+    return [style.mark(severity, lines[0][0]) + lines[0][1:], *lines[1:]] if lines else lines
 
-    indent = " " * (width + 4)
+
+def _more(finding: Finding) -> str:
+    """What explains the finding: the command that prints a built-in check's page at it, or
+    the page a plug-in names (``Check.doc``)."""
+    if finding.doc and not finding.doc.startswith(f"{BUILTIN_DOCS}/"):
+        return finding.doc
+    return f"{EXPLAIN} {finding.check}/{finding.id}"
+
+
+BUILTIN_DOCS = "docs/checks"
+"""Where a built-in check's page is in the source tree (``Finding.doc``)."""
+EXPLAIN = "strata-doctor explain"
+"""The command that prints a built-in check's page from the installed package."""
+
+
+def _pointer(target: str, layout: _Layout, style: TextStyle) -> List[str]:
+    """The line that says where to read more: ``→ more: strata-doctor explain CHECK/FINDING``
+    (or a plug-in's page)."""
+    indent = " " * layout.indent
+    return layout.wrap(style.plain(f"→ more: {target}"), indent, indent + "  ")
+
+
+def _verbose_lines(finding: Finding, layout: _Layout, style: TextStyle) -> List[str]:
+    indent = " " * layout.indent
     lines = []
     if finding.detail:
-        lines.extend(textwrap.wrap(finding.detail, 96, initial_indent=indent, subsequent_indent=indent))
+        lines.extend(layout.wrap(style.plain(finding.detail), indent, width=layout.width or DETAIL_WIDTH))
     for ev in finding.evidence:
-        lines.append(f"{indent}· {ev.source}: {ev.value}")
+        lines.extend(layout.wrap(style.plain(f"· {ev.source}: {ev.value}"), indent, indent + "  "))
     if finding.fix:
-        lines.append(f"{indent}→ fix: {finding.fix.summary} (strata-doctor fix --only {finding.check})")
-    if finding.doc:
-        lines.append(f"{indent}? {finding.doc}")
+        text = f"→ fix: {finding.fix.summary} (strata-doctor fix --only {finding.check})"
+        lines.extend(layout.wrap(style.plain(text), indent, indent + "  "))
     return lines
 
 
