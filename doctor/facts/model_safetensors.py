@@ -1,0 +1,1 @@
+"""safetensors headers and Hugging Face config.json: parsed from bytes, never from a file."""
