@@ -71,7 +71,7 @@ def _left_out(extra: List[int], limit: Optional[int]) -> str:
     if not extra or limit is None:
         return ""
     named = ", ".join(str(layer) for layer in extra)
-    return f"; layer {named}, past the {format_count(limit)} layers the header counts, left out"
+    return f"; layer {named}, past the header's {_plural(limit, 'layer')}, left out"
 
 
 def routed_tensors(header: ModelHeader) -> List[Tuple[int, TensorInfo]]:
