@@ -9,9 +9,17 @@ from pathlib import Path
 from typing import Any, Dict
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from strata_doctor.facts.model_file import read_model
-from strata_doctor.facts.model_safetensors import HEADER_BOUND, parse_config, parse_header, parse_index
+from strata_doctor.facts.model_safetensors import (
+    HEADER_BOUND,
+    header_length,
+    parse_config,
+    parse_header,
+    parse_index,
+)
 from strata_doctor.root import Root
 from strata_doctor.rules.model_sizes import SizeFigure, arena_from, kv_from
 
@@ -158,3 +166,25 @@ def test_a_broken_config_json_is_the_reason(tmp_path: Path) -> None:
     write_folder(tmp_path / "m")
     (tmp_path / "m" / "config.json").write_text("{")
     assert read_model(Root(tmp_path), "/m").reason.startswith("config.json: config.json is not JSON")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_bytes_never_raise(data: bytes) -> None:
+    assert isinstance(parse_header(data), (list, str))
+    assert isinstance(parse_index(data), (list, str))
+    assert isinstance(parse_config(data), (dict, str))
+    assert isinstance(header_length(data, len(data)), (int, str))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                               max_size=3),
+                    max_leaves=12))
+def test_any_json_is_a_header_or_a_reason(value: Any) -> None:
+    data = json.dumps({"t": value, "u": {"dtype": "F16", "shape": value, "data_offsets": value}}).encode()
+    assert isinstance(parse_header(data), (list, str))
+    assert isinstance(parse_index(json.dumps({"weight_map": value}).encode()), (list, str))
+    assert isinstance(parse_config(json.dumps({"text_config": value, "num_hidden_layers": value}).encode()),
+                      (dict, str))

@@ -97,11 +97,10 @@ def parse_index(data: bytes) -> Union[List[str], str]:
     weight_map = found.get("weight_map") if isinstance(found, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         return "the index has no weight_map naming its shards"
-    shards = set(weight_map.values())
-    for shard in shards:
+    for shard in weight_map.values():  # each checked before a set of them: a list is no key
         if not _plain_name(shard):
             return f"the index names a shard that is not a file of its folder: {str(shard)[:80]!r}"
-    return sorted(shards)
+    return sorted(set(weight_map.values()))
 
 
 def _plain_name(shard: Any) -> bool:
