@@ -189,3 +189,14 @@ def test_the_ggml_type_table_is_gguf_pys() -> None:
     theirs = {int(t): (t.name, block, size) for t, (block, size) in constants.GGML_QUANT_SIZES.items()}
     assert {k: v for k, v in GGML_TYPES.items() if k in theirs} == theirs
     assert not set(theirs) - set(GGML_TYPES)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=300), st.sampled_from(["m.gguf", "m.safetensors", "m"]))
+def test_any_file_read_as_a_model_is_a_header_or_a_reason(data: bytes, name: str) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, name).write_bytes(data)
+        found = read_model(Root(folder), f"/{name}")
+    assert (found.header is None) == bool(found.reason)
