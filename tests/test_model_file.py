@@ -48,6 +48,7 @@ def test_a_header_gives_its_metadata_and_tensors() -> None:
 
 @pytest.mark.parametrize(("data", "reason"), [
     (b"PK\x03\x04" + bytes(40), "not a GGUF file (magic b'PK\\x03\\x04')"),
+    (b"PK", "not a GGUF file (magic b'PK')"),
     (gguf([], version=1), "GGUF version 1 (llama.cpp before August 2023): only versions 2 and 3 are read"),
     (b"GGUF" + struct.pack(">IQQ", 3, 0, 0),
      "a big-endian GGUF file (version 3): only little-endian files are read"),

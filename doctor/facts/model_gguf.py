@@ -116,8 +116,8 @@ class _Bad(Exception):
 def parse_gguf(data: bytes) -> Union[Gguf, Short, str]:
     """The header in ``data`` (a file's first bytes); :class:`Short` when ``data`` ends
     inside it, or why it is no GGUF header this tool reads (a one-line reason)."""
-    if len(data) < 4:
-        return Short(24)
+    if len(data) < 4:  # a file this short: GGUF cut short, or no GGUF at all
+        return Short(24) if MAGIC.startswith(data) else f"not a GGUF file (magic {data!r})"
     if data[:4] != MAGIC:
         return f"not a GGUF file (magic {data[:4]!r})"
     reader = _Reader(data)
