@@ -9,6 +9,7 @@ from strata_doctor.facts.parse import (
     parse_setting_size,
 )
 from strata_doctor.fileread import NONBLOCK, OPEN_FLAGS
+from strata_doctor.model import SizeSources
 from strata_doctor.root import Root
 
 DEFAULT_CONFIG = "/etc/strata-doctor.yaml"
@@ -35,6 +36,12 @@ DEFAULT_HEADROOM = 4 * 1024**3
 
 
 HUGEPAGE_MODES = ("auto", "hugetlb", "thp")
+
+
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+"""llama.cpp's ``--cache-type-k`` values (``cache_type:``)."""
+SIZE_KEYS = ("arena", "kv", "model", "context", "cache_type")
+"""The settings whose source :attr:`EngineConfig.given` keeps: the sizes, and what sizes them."""
 
 
 class ConfigError(Exception):
@@ -71,6 +78,35 @@ class EngineConfig(NamedTuple):
     release_pool: bool = False
     """Whether ``fix`` may release a hugepage pool that another program may use
     (``release_pool:``; docs/checks/hugepages.md)."""
+    model: Optional[str] = None
+    """The engine's model file or folder (``model:``, ``--model``), which sizes the arena and
+    K/V where they are not given."""
+    context: Optional[int] = None
+    """The K/V cache's length in tokens (``context:``, ``--context``)."""
+    cache_type: Optional[str] = None
+    """The K/V cache's element type (``cache_type:``, ``--cache-type``), llama.cpp's names."""
+    given: Tuple[Tuple[str, str], ...] = ()
+    """(key, source) of each of :data:`SIZE_KEYS` that was set: ``command line``,
+    ``plan_binding`` or a config file."""
+    sizes: Optional[SizeSources] = None
+    """Where the sizes came from; None until doctor/sizes.py has looked."""
+
+    def named_by(self, key: str) -> Optional[str]:
+        """Who set ``key`` (one of :data:`SIZE_KEYS`): ``--arena``, ``arena: in FILE``,
+        ``plan_binding(arena_bytes=...)``; None when nobody did."""
+        source = next((s for k, s in reversed(self.given) if k == key), None)
+        if source is None:
+            return None
+        if source == "command line":
+            return "--" + key.replace("_", "-")
+        if source == "plan_binding":
+            return f"plan_binding({key}{'_bytes' if key in ('arena', 'kv') else ''}=...)"
+        return f"{key}: in {source}"
+
+    def arena_hint(self, usual: str) -> str:
+        """What a skip without an arena asks for: ``usual``, or why a named model gave none."""
+        reason = self.sizes.arena_reason if self.sizes is not None else ""
+        return reason or usual
 
     @property
     def gpu_named_by(self) -> str:
@@ -99,7 +135,8 @@ class EngineConfig(NamedTuple):
 MAX_SETTING = 100  # characters: no setting is longer; a 5000-digit number is garbage
 
 
-_KEYS = ("arena", "kv", "unit", "workers", "headroom", "hugepages", "gpu", "numa", "lock", "release_pool")
+_KEYS = ("arena", "kv", "unit", "workers", "headroom", "hugepages", "gpu", "numa", "lock", "release_pool",
+         "model", "context", "cache_type")
 
 
 def parse_config(data: object, source: str) -> EngineConfig:
@@ -131,6 +168,9 @@ def apply_settings(config: EngineConfig, values: Mapping[str, object], source: s
             changes.update(_convert(key, value))
             if key == "gpu":
                 changes["gpu_source"] = source
+            if key in SIZE_KEYS:
+                given = changes.get("given", config.given)
+                changes["given"] = (*given, (key, source))  # type: ignore[misc]
         except ValueError as exc:
             raise ConfigError(f"{source}: {key}: {exc}") from None
     return config._replace(**changes)  # type: ignore[arg-type]
@@ -192,9 +232,29 @@ def _lock(key: str, value: object) -> Dict[str, object]:
     raise ValueError(f"expected true or false, got {value!r}")
 
 
+def _model(key: str, value: object) -> Dict[str, object]:
+    text = str(value)
+    if not text.strip() or "\0" in text:
+        raise ValueError(f"not a path: {value!r}")
+    return {"model": text}
+
+
+def _context(key: str, value: object) -> Dict[str, object]:
+    if isinstance(value, bool) or not str(value).isdigit() or int(str(value)) == 0:
+        raise ValueError(f"expected a number of tokens (a whole number above 0), got {value!r}")
+    return {"context": int(str(value))}
+
+
+def _cache_type(key: str, value: object) -> Dict[str, object]:
+    if str(value).lower() not in CACHE_TYPES:
+        raise ValueError(f"expected one of {', '.join(CACHE_TYPES)}, got {value!r}")
+    return {"cache_type": str(value).lower()}
+
+
 _CONVERTERS: Dict[str, Callable[[str, object], Dict[str, object]]] = {
     "arena": _size, "kv": _size, "headroom": _size, "workers": _workers, "hugepages": _hugepages,
     "numa": _numa, "unit": _unit, "gpu": _gpu, "lock": _lock, "release_pool": _lock,
+    "model": _model, "context": _context, "cache_type": _cache_type,
 }
 """Each setting's check and conversion; a bad value raises ValueError with the words the
 one-line error gives after ``FILE: KEY:``."""
@@ -212,7 +272,8 @@ def load_config(root: Root, path: Optional[str]) -> EngineConfig:
         if not root.live and root.exists(CONFIG_SOURCE):
             # A bundle wrote the settings here; its host named them as recorded.
             shown = root.read_value(CONFIG_SOURCE)
-        config = config._replace(source=shown, gpu_source=shown if config.gpu is not None else None)
+        config = config._replace(source=shown, gpu_source=shown if config.gpu is not None else None,
+                                 given=tuple((key, shown or DEFAULT_CONFIG) for key, _ in config.given))
     return config
 
 

@@ -61,7 +61,10 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
         for line in render.quiet_lines(results, threshold):
             click.echo(line)
     else:
-        click.echo(render.to_text(results, code, render.TextStyle(use_color()), verbose), nl=False)
+        from strata_doctor.output.sizes import sizes_line
+
+        head = sizes_line(ctx.config)
+        click.echo(render.to_text(results, code, render.TextStyle(use_color()), verbose, head), nl=False)
     sys.exit(code)
 
 

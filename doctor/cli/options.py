@@ -38,6 +38,9 @@ class HostOptions(NamedTuple):
     gpu: Optional[str]
     unit: Optional[str]
     bundle: Optional[str] = None
+    model: Optional[str] = None
+    context: Optional[str] = None
+    cache_type: Optional[str] = None
 
 
 def a_path(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
@@ -60,7 +63,8 @@ def _root_dir(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 
 def host_options(func: F) -> F:
-    """Add ``--root``, ``--bundle``, ``--config``, ``--arena``, ``--kv``, ``--gpu``, ``--unit``."""
+    """Add ``--root``, ``--bundle``, ``--config``, ``--arena``, ``--kv``, ``--model``, ``--context``,
+    ``--cache-type``, ``--gpu``, ``--unit``."""
     options = [
         click.option("--root", default="/", show_default=True, metavar="DIR", callback=_root_dir,
                      help="Read the host from this captured tree instead of /."),
@@ -70,6 +74,13 @@ def host_options(func: F) -> F:
                      help="Engine config (default: /etc/strata-doctor.yaml under the root)."),
         click.option("--arena", metavar="SIZE", help="Pinned expert arena, e.g. 46.84GiB."),
         click.option("--kv", metavar="SIZE", help="Pinned K/V cache, e.g. 3.09GiB."),
+        click.option("--model", metavar="PATH", callback=a_path,
+                     help="The engine's model (GGUF file or safetensors folder), which sizes the arena and "
+                          "K/V where they are not given (default: the one on the engine's command line)."),
+        click.option("--context", metavar="TOKENS", help="K/V cache length in tokens (default: the "
+                     "engine's --ctx-size, else the model's own)."),
+        click.option("--cache-type", metavar="TYPE",
+                     help="K/V cache element type: f16 (default), q8_0, q4_0..."),
         click.option("--gpu", metavar="ADDRESS", help="Compute GPU's PCI address, e.g. 0000:84:00.0."),
         click.option("--unit", metavar="NAME", help="Engine systemd unit (default strata.service)."),
     ]
@@ -80,7 +91,7 @@ def host_options(func: F) -> F:
 
 def host_from_kwargs(kwargs: Dict[str, Any]) -> HostOptions:
     """Pop the shared host options out of a command's keyword arguments."""
-    names = ("root", "config", "arena", "kv", "gpu", "unit", "bundle")
+    names = ("root", "config", "arena", "kv", "gpu", "unit", "bundle", "model", "context", "cache_type")
     values = {name: kwargs.pop(name) for name in names}
     return HostOptions(**values)
 
@@ -133,7 +144,8 @@ def _open_context(root: "Root", options: HostOptions) -> "HostContext":
     config = load_config(root, options.config)
     config = apply_settings(
         config,
-        {"arena": options.arena, "kv": options.kv, "unit": options.unit, "gpu": options.gpu},
+        {"arena": options.arena, "kv": options.kv, "unit": options.unit, "gpu": options.gpu,
+         "model": options.model, "context": options.context, "cache_type": options.cache_type},
         "command line",
     )
     ctx = HostContext(root, config)

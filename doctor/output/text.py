@@ -89,11 +89,12 @@ class TextStyle:
 
 
 def to_text(
-    results: Sequence[CheckResult], code: int, style: TextStyle, verbose: bool = False
+    results: Sequence[CheckResult], code: int, style: TextStyle, verbose: bool = False, head: str = ""
 ) -> str:
-    """flutter-doctor-like lines: a mark, the check id, the finding's summary."""
+    """flutter-doctor-like lines: a mark, the check id, the finding's summary; ``head`` (where
+    the sizes came from) and a blank line before them."""
     width = max((len(r.check) for r in results), default=10)
-    lines: List[str] = []
+    lines: List[str] = [head, ""] if head else []
     for result in results:
         lines.extend(_result_lines(result, width, style, verbose))
     lines.append("")
