@@ -199,3 +199,39 @@ def test_mla_caches_the_latent_and_the_rotary_key_and_says_so() -> None:
     assert kv.bytes == 61 * (512 + 64) * 2 * 32_768
     assert kv.source == ("MLA, the compressed K/V and the rotary key per layer: 61 layers x (512 + 64)"
                          " x 2 bytes (f16) x 32,768 tokens = 2.14 GiB")
+
+
+def test_every_value_type_gguf_py_writes_is_parsed_as_its_reader_reads_it(tmp_path: Path) -> None:
+    gguf = pytest.importorskip("gguf", reason="gguf-py (llama.cpp's writer) is not installed")
+    from strata_doctor.facts.model_gguf import Gguf, parse_gguf
+
+    path = tmp_path / "kinds.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_uint8("k.u8", 200)
+    writer.add_int8("k.i8", -5)
+    writer.add_uint16("k.u16", 60_000)
+    writer.add_int16("k.i16", -30_000)
+    writer.add_int32("k.i32", -2)
+    writer.add_uint64("k.u64", 2**40)
+    writer.add_int64("k.i64", -(2**40))
+    writer.add_float32("k.f32", 0.5)
+    writer.add_float64("k.f64", 0.25)
+    writer.add_bool("k.bool", True)
+    writer.add_string("k.str", "héllo")
+    writer.add_array("k.ints", [1, 2, 3])
+    writer.add_array("k.floats", [0.5, 1.5])
+    writer.add_array("k.strs", ["a", "bc"])
+    writer.add_array("k.nested", [[1, 2], [3]])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    writer.close()
+    found = parse_gguf(path.read_bytes())
+    assert isinstance(found, Gguf)
+    theirs = gguf.GGUFReader(str(path)).fields
+    assert set(found.metadata) == {k for k in theirs if not k.startswith("GGUF.")}  # theirs: the counts too
+    assert {k: v for k, v in found.metadata.items() if k.startswith("k.")} == {
+        "k.u8": 200, "k.i8": -5, "k.u16": 60_000, "k.i16": -30_000, "k.i32": -2, "k.u64": 2**40,
+        "k.i64": -(2**40), "k.f32": 0.5, "k.f64": 0.25, "k.bool": True, "k.str": "héllo", "k.ints": (1, 2, 3),
+        "k.floats": None, "k.strs": None, "k.nested": None}
+    assert found.end <= os.path.getsize(path) < found.end + 32  # the header, then padding to 32
