@@ -64,7 +64,8 @@ def with_model_sizes(root: Root, config: EngineConfig, engine_pid: PidOf) -> Eng
         return config._replace(sizes=_unsized(given, reason))
     read = read_model(root, choice.resolved)
     if read.header is None:
-        reason = f"model {choice.resolved} ({choice.named_by}): {read.reason}"
+        why = "no such file" if read.reason == "missing" else read.reason
+        reason = f"model {choice.resolved} ({choice.named_by}): {why}"
         return config._replace(sizes=_unsized(given, reason))
     return _sized(config, given, choice, read.header)
 

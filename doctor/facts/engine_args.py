@@ -184,13 +184,13 @@ def _unit_cwd(workdir: Optional[str]) -> Tuple[Optional[str], str]:
 
 def read_process_command(root: Root, pid: int) -> Optional[EngineCommand]:
     """The running engine's ``/proc/PID/cmdline``, parsed; None when it is unreadable or empty."""
-    text = root.read(f"/proc/{pid}/cmdline")
-    argv = [w for w in (text or "").split("\0") if w]
+    data = root.read_bytes(f"/proc/{pid}/cmdline")  # Root.read drops the NULs between words
+    argv = [w for w in (data or b"").decode("utf-8", "replace").split("\0") if w]
     if not argv:
         return None
     args = parse_engine_args(argv, lambda p: is_model_folder(root, p))
     cwd = root.readlink(f"/proc/{pid}/cwd")
-    why = "" if cwd else f"/proc/{pid}/cwd: {root.reads.get(f'/proc/{pid}/cwd') or 'unreadable'}"
+    why = "" if cwd else f"/proc/{pid}/cwd cannot be read ({root.reads.get(f'/proc/{pid}/cwd') or 'no link'})"
     return EngineCommand(args, f"the command line of PID {pid}", cwd, why)
 
 
