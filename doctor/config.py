@@ -272,8 +272,9 @@ def load_config(root: Root, path: Optional[str]) -> EngineConfig:
         if not root.live and root.exists(CONFIG_SOURCE):
             # A bundle wrote the settings here; its host named them as recorded.
             shown = root.read_value(CONFIG_SOURCE)
+        by = shown or "command line"  # a bundle's empty source: they were options
         config = config._replace(source=shown, gpu_source=shown if config.gpu is not None else None,
-                                 given=tuple((key, shown or DEFAULT_CONFIG) for key, _ in config.given))
+                                 given=tuple((key, by) for key, _ in config.given))
     return config
 
 

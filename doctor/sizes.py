@@ -24,6 +24,20 @@ from strata_doctor.model import SizeSources
 from strata_doctor.root import Root
 from strata_doctor.rules.model_sizes import SizeFigure, arena_from, kv_from
 
+SIZE_SOURCES = "/.strata-doctor/size-sources"
+"""In a bundle: ``KEY<TAB>SOURCE`` lines, who gave each size setting on the host (``command
+line`` or a config file), as its settings file holds them all alike."""
+
+
+def replayed_sources(root: Root, config: EngineConfig) -> EngineConfig:
+    """``config`` with the sources a bundle recorded for its size settings (a replay's own
+    config file would name itself for all of them)."""
+    if root.live or not root.exists(SIZE_SOURCES):
+        return config
+    rows = [line.split("\t", 1) for line in (root.read(SIZE_SOURCES) or "").splitlines()]
+    given = tuple((row[0], row[1]) for row in rows if len(row) == 2 and row[1])
+    return config._replace(given=given) if given else config
+
 
 class ModelChoice(NamedTuple):
     """The model the engine serves, as found, with what sizes its K/V cache."""
@@ -52,6 +66,7 @@ def with_model_sizes(root: Root, config: EngineConfig, engine_pid: PidOf) -> Eng
     sized. ``engine_pid`` is asked only when the unit's files name no model."""
     if config.sizes is not None:
         return config
+    config = replayed_sources(root, config)
     arena_by, kv_by = config.named_by("arena"), config.named_by("kv")
     given = SizeSources(arena=arena_by, kv=kv_by)
     if arena_by is not None and kv_by is not None:

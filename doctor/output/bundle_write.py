@@ -19,6 +19,7 @@ from strata_doctor.facts.processes import engine_cmdline
 from strata_doctor.output.bundle import TOP, Capture, Entry
 from strata_doctor.output.redact import Redactor
 from strata_doctor.root import CAPTURE_DIR
+from strata_doctor.sizes import SIZE_SOURCES
 
 SCHEMA = "strata-doctor/bundle/v1"
 KEEP_ENVIRON = (b"container",)  # systemd's container marker, read to detect containers
@@ -89,6 +90,8 @@ def redact_capture(captured: Capture, redactor: Redactor, config: EngineConfig) 
             entries[entry.path] = scrubbed
     entries[DEFAULT_CONFIG] = Entry(DEFAULT_CONFIG, "file", settings_yaml(config))
     entries[CONFIG_SOURCE] = Entry(CONFIG_SOURCE, "file", f"{config.source or ''}\n".encode())
+    given = "".join(f"{key}\t{source}\n" for key, source in config.given)  # --arena or arena:
+    entries[SIZE_SOURCES] = Entry(SIZE_SOURCES, "file", given.encode())
     entries.setdefault("/etc", Entry("/etc", "dir"))
     entries.setdefault(f"/{CAPTURE_DIR}", Entry(f"/{CAPTURE_DIR}", "dir"))
     heads = {path for path, _, _ in captured.prefixes}  # binary headers: Capture.prefixes
