@@ -40,7 +40,7 @@ class ArenaFit(Check):
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if ctx.config.arena_bytes is None:
-            return "no arena size (pass --arena or set arena: in the config)"
+            return f"no arena size ({ctx.config.arena_hint('pass --arena or set arena: in the config')})"
         return None
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:

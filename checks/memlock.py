@@ -49,7 +49,8 @@ class Memlock(Check):
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if ctx.config.lock and ctx.config.pinned_bytes is None:
-            return "no arena size to compare the limit with (set `arena:` or --arena)"
+            hint = ctx.config.arena_hint("set `arena:` or --arena")
+            return f"no arena size to compare the limit with ({hint})"
         return None
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:

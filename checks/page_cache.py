@@ -44,7 +44,8 @@ class PageCache(Check):
         if ctx.binding_node_caches is None:
             return f"cannot read FilePages and MemFree of node {ctx.target_node}"
         if ctx.config.pinned_bytes is None:
-            return "no arena size to compare the node's free memory with (set `arena:` or --arena)"
+            hint = ctx.config.arena_hint("set `arena:` or --arena")
+            return f"no arena size to compare the node's free memory with ({hint})"
         return None
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:

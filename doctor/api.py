@@ -71,19 +71,22 @@ def plan_binding(
     arena_bytes: Size = None,
     gpu: Optional[str] = None,
     numa: Union[str, int] = "auto",
-    kv_bytes: Size = 0,
+    kv_bytes: Size = None,
     unit: str = DEFAULT_UNIT,
+    model: Optional[str] = None,
 ) -> NumaPlan:
     """Plan the engine's NUMA binding on the host at ``root`` (``/`` is this host).
 
     ``arena_bytes`` and ``kv_bytes`` take bytes or sizes such as ``"46.84GiB"``; when the
     arena and K/V do not fit the GPU's node and that node shares its socket with others
     (SNC/NPS), the plan spans the socket's nodes. ``gpu`` picks the compute GPU by PCI
-    address. ``numa`` is ``"auto"`` (the GPU's node), ``"off"`` or a node id. Raises
+    address. ``numa`` is ``"auto"`` (the GPU's node), ``"off"`` or a node id. Sizes not
+    given come from the engine's model as for ``strata-doctor check`` (``model`` names it,
+    else the engine's command line does; none: no arena, K/V 0). Raises
     :class:`PlanError` for a bad argument (an unknown GPU or node, a size that is not one).
     """
     settings = {"arena": _size(arena_bytes), "kv": _size(kv_bytes), "gpu": gpu,
-                "numa": str(numa), "unit": unit}
+                "numa": str(numa), "unit": unit, "model": model}
     from strata_doctor.config import ConfigError
     from strata_doctor.rules.gpu import GpuChoiceError
 

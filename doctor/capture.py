@@ -91,10 +91,27 @@ class Records:
         """Host path -> its size, owner and mode, for files only stat'ed, never read."""
         self.probes: Dict[str, bool] = {}
         """Host path -> whether it existed, for paths only tested, never read."""
+        self.heads: Dict[str, FileStat] = {}
+        """Host path -> its size, owner and mode, for files read only as a prefix (a model
+        file's header, ``Root.read_head``): a bundle keeps the longest prefix read."""
+        self._head_data: Dict[str, bytes] = {}
 
     def content(self, host_path: str) -> Optional[bytes]:
-        """What an earlier read of ``host_path`` returned (None if never read or unreadable)."""
-        return self._cache.get(host_path)
+        """What an earlier read of ``host_path`` returned (None if never read or unreadable):
+        the whole file, else the longest prefix read of it."""
+        data = self._cache.get(host_path)
+        return data if data is not None else self._head_data.get(host_path)
+
+    def head_of(self, host_path: str) -> Optional[FileStat]:
+        """The stat of a file read only as a prefix, never whole (a bundle keeps that
+        prefix and this stat); None for any other path."""
+        return self.heads.get(host_path) if self._cache.get(host_path) is None else None
+
+    def keep_head(self, host_path: str, data: bytes, found: FileStat) -> None:
+        """Record a prefix read of ``host_path`` (the longest is kept) and the file's stat."""
+        if len(data) >= len(self._head_data.get(host_path, b"")):
+            self._head_data[host_path] = data
+        self.heads[host_path] = found
 
     @property
     def commands(self) -> Dict[str, CommandResult]:

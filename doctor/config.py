@@ -1,18 +1,18 @@
 """The engine's settings: --arena-style options over /etc/strata-doctor.yaml. An input, not a fact."""
 
-import os
 import re
-import stat
 from typing import Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
+# The error, the file's name and its bound are this module's too: every caller imports them here.
+from strata_doctor.config_read import DEFAULT_CONFIG as DEFAULT_CONFIG
+from strata_doctor.config_read import MAX_CONFIG_BYTES as MAX_CONFIG_BYTES
+from strata_doctor.config_read import ConfigError as ConfigError
+from strata_doctor.config_read import read_default, read_named
 from strata_doctor.facts.parse import (
     parse_setting_size,
 )
-from strata_doctor.fileread import NONBLOCK, OPEN_FLAGS
+from strata_doctor.model import SizeSources
 from strata_doctor.root import Root
-
-DEFAULT_CONFIG = "/etc/strata-doctor.yaml"
-
 
 CONFIG_SOURCE = "/.strata-doctor/config-source"
 """In a bundle: where the host's settings came from (empty: the command line)."""
@@ -21,24 +21,16 @@ CONFIG_SOURCE = "/.strata-doctor/config-source"
 DEFAULT_UNIT = "strata.service"
 
 
-NOCTTY = getattr(os, "O_NOCTTY", 0)
-"""--config /dev/tty is refused after the open: the open must not make it our terminal."""
-
-
-MAX_CONFIG_BYTES = 64 << 10
-"""A config is a few lines: a larger file is refused before YAML reads it (docs/config.md).
-PyYAML's pure-Python parser takes about a second for 64 KiB of short list items, and half
-a minute for 1 MiB."""
-
-
 DEFAULT_HEADROOM = 4 * 1024**3
 
 
 HUGEPAGE_MODES = ("auto", "hugetlb", "thp")
 
 
-class ConfigError(Exception):
-    """A bad configuration value; the message names the file and key."""
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+"""llama.cpp's ``--cache-type-k`` values (``cache_type:``)."""
+SIZE_KEYS = ("arena", "kv", "model", "context", "cache_type")
+"""The settings whose source :attr:`EngineConfig.given` keeps: the sizes, and what sizes them."""
 
 
 class EngineConfig(NamedTuple):
@@ -71,6 +63,35 @@ class EngineConfig(NamedTuple):
     release_pool: bool = False
     """Whether ``fix`` may release a hugepage pool that another program may use
     (``release_pool:``; docs/checks/hugepages.md)."""
+    model: Optional[str] = None
+    """The engine's model file or folder (``model:``, ``--model``), which sizes the arena and
+    K/V where they are not given."""
+    context: Optional[int] = None
+    """The K/V cache's length in tokens (``context:``, ``--context``)."""
+    cache_type: Optional[str] = None
+    """The K/V cache's element type (``cache_type:``, ``--cache-type``), llama.cpp's names."""
+    given: Tuple[Tuple[str, str], ...] = ()
+    """(key, source) of each of :data:`SIZE_KEYS` that was set: ``command line``,
+    ``plan_binding`` or a config file."""
+    sizes: Optional[SizeSources] = None
+    """Where the sizes came from; None until doctor/sizes.py has looked."""
+
+    def named_by(self, key: str) -> Optional[str]:
+        """Who set ``key`` (one of :data:`SIZE_KEYS`): ``--arena``, ``arena: in FILE``,
+        ``plan_binding(arena_bytes=...)``; None when nobody did."""
+        source = next((s for k, s in reversed(self.given) if k == key), None)
+        if source is None:
+            return None
+        if source == "command line":
+            return "--" + key.replace("_", "-")
+        if source == "plan_binding":
+            return f"plan_binding({key}{'_bytes' if key in ('arena', 'kv') else ''}=...)"
+        return f"{key}: in {source}"
+
+    def arena_hint(self, usual: str) -> str:
+        """What a skip without an arena asks for: ``usual``, or why a named model gave none."""
+        reason = self.sizes.arena_reason if self.sizes is not None else ""
+        return reason or usual
 
     @property
     def gpu_named_by(self) -> str:
@@ -99,7 +120,8 @@ class EngineConfig(NamedTuple):
 MAX_SETTING = 100  # characters: no setting is longer; a 5000-digit number is garbage
 
 
-_KEYS = ("arena", "kv", "unit", "workers", "headroom", "hugepages", "gpu", "numa", "lock", "release_pool")
+_KEYS = ("arena", "kv", "unit", "workers", "headroom", "hugepages", "gpu", "numa", "lock", "release_pool",
+         "model", "context", "cache_type")
 
 KEYS = _KEYS
 """Every setting, in the order a written config lists them (``strata-doctor init``)."""
@@ -127,6 +149,9 @@ def apply_settings(config: EngineConfig, values: Mapping[str, object], source: s
             changes.update(convert_setting(key, value))
             if key == "gpu":
                 changes["gpu_source"] = source
+            if key in SIZE_KEYS:
+                given = changes.get("given", config.given)
+                changes["given"] = (*given, (key, source))  # type: ignore[misc]
         except ValueError as exc:
             raise ConfigError(f"{source}: {key}: {exc}") from None
     return config._replace(**changes)  # type: ignore[arg-type]
@@ -200,9 +225,29 @@ def _lock(key: str, value: object) -> Dict[str, object]:
     raise ValueError(f"expected true or false, got {value!r}")
 
 
+def _model(key: str, value: object) -> Dict[str, object]:
+    text = str(value)
+    if not text.strip() or "\0" in text:
+        raise ValueError(f"not a path: {value!r}")
+    return {"model": text}
+
+
+def _context(key: str, value: object) -> Dict[str, object]:
+    if isinstance(value, bool) or not str(value).isdigit() or int(str(value)) == 0:
+        raise ValueError(f"expected a number of tokens (a whole number above 0), got {value!r}")
+    return {"context": int(str(value))}
+
+
+def _cache_type(key: str, value: object) -> Dict[str, object]:
+    if str(value).lower() not in CACHE_TYPES:
+        raise ValueError(f"expected one of {', '.join(CACHE_TYPES)}, got {value!r}")
+    return {"cache_type": str(value).lower()}
+
+
 _CONVERTERS: Dict[str, Callable[[str, object], Dict[str, object]]] = {
     "arena": _size, "kv": _size, "headroom": _size, "workers": _workers, "hugepages": _hugepages,
     "numa": _numa, "unit": _unit, "gpu": _gpu, "lock": _lock, "release_pool": _lock,
+    "model": _model, "context": _context, "cache_type": _cache_type,
 }
 """Each setting's check and conversion; a bad value raises ValueError with the words the
 one-line error gives after ``FILE: KEY:``."""
@@ -226,115 +271,23 @@ def load_settings(root: Root, path: Optional[str]) -> Tuple[EngineConfig, Dict[s
         if not root.live and root.exists(CONFIG_SOURCE):
             # A bundle wrote the settings here; its host named them as recorded.
             shown = root.read_value(CONFIG_SOURCE)
-        config = config._replace(source=shown, gpu_source=shown if config.gpu is not None else None)
+        by = shown or "command line"  # a bundle's empty source: they were options
+        config = config._replace(source=shown, gpu_source=shown if config.gpu is not None else None,
+                                 given=tuple((key, by) for key, _ in config.given))
     return config, written
 
 
 def _load_config(root: Root, path: Optional[str]) -> Tuple[EngineConfig, Dict[str, object]]:
     if path is not None:
-        source, text = path, _read_named(path)
+        source, text = path, read_named(path)
     else:
-        found = _read_default(root)
+        found = read_default(root)
         if found is None:
             return EngineConfig(), {}
         source, text = found
     data = _parse_yaml(text, source)
     config = parse_config(data, source)
     return config, dict(data) if isinstance(data, dict) else {}
-
-
-def _read_named(path: str) -> str:
-    """The config file the user named (a real path, not under the root): a regular file of at
-    most MAX_CONFIG_BYTES, opened without blocking (a FIFO would wait for a writer)."""
-    if path == "-":
-        raise ConfigError("--config -: standard input is not read; name a file (./- for a file named -)")
-    try:
-        fd = os.open(path, OPEN_FLAGS | NONBLOCK | NOCTTY)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        found = os.fstat(fd)
-        _small_regular((found.st_mode, found.st_size), path)
-        data = _read_bounded(fd)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_CONFIG_BYTES:  # it grew since the fstat, or reports no size
-        raise ConfigError(_too_large(path))
-    return _decoded(data, path)
-
-
-def _read_default(root: Root) -> Optional[Tuple[str, str]]:
-    """(where it is shown, text) of /etc/strata-doctor.yaml under the root; None when there is
-    none. Its kind and size are asked before Root reads it (on the live host Root's open
-    would wait on a FIFO); under a captured root Root itself refuses what is not a file."""
-    source = str(root.base).rstrip("/") + DEFAULT_CONFIG if not root.live else DEFAULT_CONFIG
-    status = _default_status(root)
-    if status is not None and not stat.S_ISLNK(status[0]):  # a link is followed by the read
-        _small_regular(status, source)
-    data = root.read_bytes(DEFAULT_CONFIG)
-    if data is None:
-        why = root.reads.get(DEFAULT_CONFIG)
-        if why == "missing":
-            return None
-        raise ConfigError(f"{source}: cannot read: {why}")
-    if len(data) > MAX_CONFIG_BYTES:  # it grew since the stat
-        raise ConfigError(_too_large(source))
-    return source, _decoded(data, source)
-
-
-def _default_status(root: Root) -> Optional[Tuple[int, int]]:
-    """(mode, size) of the default config, its link followed on the live host only; None when
-    it cannot be seen (the read then says why)."""
-    if root.live:
-        try:
-            found = os.stat(DEFAULT_CONFIG)
-        except OSError:
-            return None
-        return found.st_mode, found.st_size
-    seen = root.stat(DEFAULT_CONFIG)
-    return (seen.mode, seen.size) if seen is not None else None
-
-
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-def _small_regular(status: Tuple[int, int], source: str) -> None:
-    """Refuse, naming the file, what is not a regular file (mode, size) of at most
-    MAX_CONFIG_BYTES."""
-    mode, size = status
-    if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _KINDS if test(mode)), "not a file")
-        raise ConfigError(f"{source}: not a regular file ({kind})")
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError(_too_large(source))
-
-
-def _too_large(source: str) -> str:
-    return f"{source}: larger than {MAX_CONFIG_BYTES >> 10} KiB, too large for a config"
-
-
-def _read_bounded(fd: int) -> bytes:
-    """At most MAX_CONFIG_BYTES + 1 bytes: one more than allowed tells a file that grew."""
-    chunks = []
-    left = MAX_CONFIG_BYTES + 1
-    while left > 0:
-        chunk = os.read(fd, left)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def _decoded(data: bytes, source: str) -> str:
-    """The file as UTF-8, strictly: a replaced byte would change a value unseen."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{source}: not UTF-8 text (at offset {exc.start})") from None
 
 
 def _parse_yaml(text: str, source: str) -> object:

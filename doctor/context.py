@@ -51,6 +51,7 @@ from strata_doctor.rules.memory import arena_headroom, host_room
 from strata_doctor.rules.oomd import Exposure, assess_exposure
 from strata_doctor.rules.pool import PoolAssessment, assess_pool
 from strata_doctor.rules.trap import TrapVerdict, assess_trap
+from strata_doctor.sizes import with_model_sizes
 
 if TYPE_CHECKING:  # the report's facts, imported where they are read
     from strata_doctor.facts.host import DmiSystem, OsRelease, SoftwareVersions
@@ -63,6 +64,7 @@ class HostContext:
         self.root = root
         self.config = config
         self.gpu_choice = gpu or config.gpu
+        self.config = with_model_sizes(root, config, lambda: self.engine_pid)  # doctor/sizes.py
 
     @cached_property
     def numa(self) -> NumaFacts:

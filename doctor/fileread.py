@@ -119,3 +119,24 @@ def files_below(fd: int, top: str, limit: int) -> Tuple[List[str], Optional[str]
 
 def _stop(exc: OSError) -> None:
     raise exc
+
+
+def read_prefix(fd: int, size: int) -> Tuple[bytes, os.stat_result]:
+    """The first ``size`` bytes of the file open as ``fd`` (closed here), fewer when it is
+    shorter, and its ``fstat``: a model file's header, never its weights. ``size`` over
+    :data:`LARGE_READ_BOUND` is refused (:func:`too_large`) before anything is read."""
+    try:
+        if size > LARGE_READ_BOUND:
+            raise too_large(LARGE_READ_BOUND, size)
+        found = os.fstat(fd)
+        chunks = []
+        total = 0
+        while total < size:  # one read, unless the kernel hands back less (a pipe never: regular only)
+            chunk = os.read(fd, size - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks), found
+    finally:
+        os.close(fd)

@@ -148,6 +148,30 @@ def context_pairs(**values: object) -> Tuple[Tuple[str, object], ...]:
     return tuple(sorted(values.items()))
 
 
+class SizeSources(NamedTuple):
+    """Where the arena and K/V sizes came from, or why one is unknown (doctor/sizes.py)."""
+
+    arena: Optional[str] = None
+    """Who gave the arena: ``--arena``, ``arena: in FILE``, or ``the routed experts of
+    MODEL (NAMED BY)``; None when it is unknown."""
+    kv: Optional[str] = None
+    """Who gave the K/V size, as :attr:`arena`; None when it is unknown (counted as 0)."""
+    arena_reason: str = ""
+    """Why a model that was named gave no arena (``model X: not a GGUF file ...``); empty
+    when none was named or it gave one."""
+    kv_reason: str = ""
+    """Why a model that was named gave no K/V size; empty as :attr:`arena_reason`."""
+    arena_how: str = ""
+    """The model's arithmetic for the arena, when it came from the model."""
+    kv_how: str = ""
+    """The model's arithmetic for the K/V cache, when it came from the model (without its
+    ``= total``: the size is beside it)."""
+    model: Optional[str] = None
+    """The model's host path, when one was named and resolved."""
+    model_by: Optional[str] = None
+    """Who named the model: ``--model``, ``model: in FILE``, ``ExecStart in UNIT``..."""
+
+
 __all__ = [
     "CheckResult",
     "Crash",
@@ -158,7 +182,7 @@ __all__ = [
     "ManualStep",
     "RuntimeAction",
     "Severity",
+    "SizeSources",
     "Skip",
     "context_pairs",
 ]
-

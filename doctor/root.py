@@ -42,19 +42,8 @@ from strata_doctor.fileread import DIR_READ, NONBLOCK, OPEN_FLAGS, files_below, 
 if TYPE_CHECKING:
     from strata_doctor.inroot import InRoot
 
-__all__ = [
-    "CAPTURE_DIR",
-    "COMMANDS_DIR",
-    "DEFAULT_TIMEOUT",
-    "STAT_FILE",
-    "XCOMP_COMMAND",
-    "Command",
-    "CommandResult",
-    "FileStat",
-    "Records",
-    "Root",
-    "command_key",
-]
+__all__ = ["CAPTURE_DIR", "COMMANDS_DIR", "DEFAULT_TIMEOUT", "STAT_FILE", "XCOMP_COMMAND", "Command",
+           "CommandResult", "FileStat", "Records", "Root", "command_key"]
 
 
 class Root(Records):
@@ -139,6 +128,22 @@ class Root(Records):
             data, reason = None, _reason(exc)
         self._cache[host_path] = data
         self.reads[host_path] = reason
+        return data
+
+    def read_head(self, host_path: str, size: int) -> Optional[bytes]:
+        """The first ``size`` bytes of a regular file (fewer when shorter; a model's header), by
+        descriptor; None when missing or unreadable, the reason recorded. A bundle keeps the
+        longest prefix read and the file's stat (under a captured root, ``stat.json``'s)."""
+        from strata_doctor.fileread import read_prefix  # loaded already: fileread is Root's
+
+        try:
+            data, st = read_prefix(self._open(host_path), size)
+        except OSError as exc:
+            self.reads.setdefault(host_path, _reason(exc))
+            return None
+        found = self._captured_stats().get(host_path) if not self.live else None
+        self.keep_head(host_path, data, found or FileStat(st.st_size, st.st_uid, st.st_mode))
+        self.reads.setdefault(host_path, None)
         return data
 
     def read(self, host_path: str) -> Optional[str]:
@@ -343,13 +348,8 @@ class Root(Records):
             return CommandResult(command.key, command.argv, None, "", timed_out=True)
         except OSError as exc:
             return CommandResult(command.key, command.argv, None, "", stderr=str(exc), missing=True)
-        return CommandResult(
-            command.key,
-            command.argv,
-            proc.returncode,
-            proc.stdout.decode("utf-8", "replace"),
-            proc.stderr.decode("utf-8", "replace"),
-        )
+        return CommandResult(command.key, command.argv, proc.returncode,
+                             proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace"))
 
 
 _SYS_ARCH_PRCTL = 158  # x86-64

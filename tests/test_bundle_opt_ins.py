@@ -23,12 +23,13 @@ def test_every_setting_survives_the_bundles_config_file() -> None:
     # back as the same settings, so a setting added later cannot be left out unseen.
     given = EngineConfig(arena_bytes=47 * GIB, kv_bytes=3 * GIB, unit="engine.service", workers=12,
                          headroom_bytes=2 * GIB, hugepages="hugetlb", gpu="0000:41:00.0", numa="1",
-                         lock=True, release_pool=True)
+                         lock=True, release_pool=True, model="/srv/models/m.gguf", context=8192,
+                         cache_type="q8_0")
     text = settings_yaml(given).decode()
     data = yaml.safe_load(text)
     assert sorted(data) == sorted(_KEYS)
     replayed = parse_config(data, "/etc/strata-doctor.yaml")
-    assert replayed._replace(source=None, gpu_source=None) == given._replace(gpu_source=None)
+    assert replayed._replace(source=None, gpu_source=None, given=()) == given._replace(gpu_source=None)
 
 
 def test_opt_ins_left_unset_are_not_written() -> None:

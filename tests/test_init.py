@@ -47,9 +47,11 @@ def test_the_plan_shows_the_file_it_would_write(tmp_path: Path, host: str) -> No
 def test_an_operators_config_is_refused_without_force_and_the_diff_still_shown(tmp_path: Path) -> None:
     tree = copy_host("seed-box", tmp_path / "seed-box")
     shown = run_cli(["init", "--root", str(tree)])
-    assert shown.exit_code == 0, shown.stderr
+    # As fix's dry run: the plan --apply would refuse exits 2, and says why on stderr.
+    assert shown.exit_code == 2, shown.stderr
     assert "cannot apply: /etc/strata-doctor.yaml: exists and was not written by strata-doctor" \
         in shown.stdout
+    assert shown.stderr.startswith("strata-doctor: error: cannot apply: /etc/strata-doctor.yaml: exists")
     assert "With --force, /etc/strata-doctor.yaml would be replaced so:\n" in shown.stdout
     assert "+gpu: 0000:84:00.0\n" in shown.stdout
     applied = run_cli(["init", "--root", str(tree), "--apply"])
@@ -83,7 +85,8 @@ def test_every_setting_given_is_written_and_reads_back(tmp_path: Path) -> None:
     (tree / CONFIG).unlink()
     flags = ["--arena", "40.5GiB", "--kv", "0", "--unit", "engine", "--workers", "20",
              "--headroom", "3221225472B", "--hugepages", "thp", "--gpu", "84:00.0", "--numa", "1",
-             "--lock", "--release-pool"]
+             "--lock", "--release-pool", "--model", "/srv/models/x.gguf", "--context", "8192",
+             "--cache-type", "q8_0"]
     applied = run_cli(["init", "--root", str(tree), "--apply", *flags])
     assert applied.exit_code == 0, applied.stdout + applied.stderr
     text = (tree / CONFIG).read_text()
@@ -98,6 +101,7 @@ def test_every_setting_given_is_written_and_reads_back(tmp_path: Path) -> None:
     assert (written.unit, written.workers, written.hugepages, written.gpu, written.numa) == (
         "engine.service", 20, "thp", "84:00.0", "1")
     assert written.lock and written.release_pool
+    assert (written.model, written.context, written.cache_type) == ("/srv/models/x.gguf", 8192, "q8_0")
     assert run_cli(["fix", "--root", str(tree), "--revert"]).exit_code == 0
     assert not (tree / CONFIG).exists(), "the config init created is removed again"
 
@@ -210,3 +214,20 @@ def test_the_preflight_carries_a_config_file_named_and_the_flags_over_it(two_nod
     config.write_text("arena: 8GiB\n")
     line = _preflight_line(two_node_host, "--config", str(config), "--kv", "1GiB")
     assert line.endswith(f' --config "{config}" --kv 1GiB'), line
+
+
+def test_the_model_the_engine_names_is_written_and_sizes_the_next_run(tmp_path: Path) -> None:
+    """seed-box-gguf: no arena: or kv:, the model on ExecStart; init writes model: from it,
+    never the sizes the model gave (they would go stale when the model changes)."""
+    tree = copy_host("seed-box-gguf", tmp_path / "seed-box-gguf")
+    shown = run_cli(["init", "--root", str(tree), "--output", "-"])
+    assert shown.exit_code == 0, shown.stderr
+    assert ("# the engine's model, named by ExecStart in strata.service\n"
+            "model: /srv/models/Strata-MoE-48x128E-IQ4_XS.gguf\n") in shown.stdout
+    assert "\narena:" not in shown.stdout and "\nkv:" not in shown.stdout
+    applied = run_cli(["init", "--root", str(tree), "--apply", "--force"])
+    assert applied.exit_code == 0, applied.stderr
+    again = run_cli(["check", "--root", str(tree), "--format", "json"])
+    sizes = json.loads(again.stdout)["sizes"]
+    assert sizes["arena"]["bytes"] == 50294947840
+    assert "model: in /etc/strata-doctor.yaml" in sizes["arena"]["source"]

@@ -21,7 +21,7 @@ from strata_doctor.facts.nvidia_smi import parse_smi_query
 from tests.conftest import HOSTS, REPO, UNBOUND_UNIT, compare_golden, run_cli, two_node_files, write_tree
 
 GOLDEN = REPO / "tests" / "golden" / "report"
-GOLDEN_HOSTS = ("seed-box", "desktop-1s", "vm-gpu-nonuma")
+GOLDEN_HOSTS = ("seed-box", "seed-box-gguf", "desktop-1s", "vm-gpu-nonuma")
 DEVICE = "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0"
 
 PLANTED: List[str] = [

@@ -48,7 +48,7 @@ class DefaultPoolWords(Check):
     def _hugetlb_no_arena(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
         return self.finding("too-small", Severity.ERROR,
                             "no hugepage pool, and the engine runs with hugepages: hugetlb "
-                            "(pass --arena to size one)", evidence=evidence)
+                            f"({ctx.config.arena_hint('pass --arena to size one')})", evidence=evidence)
 
     def _hugetlb_no_pool(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
         need = self._need(ctx)
@@ -267,10 +267,11 @@ class DefaultPoolWords(Check):
     def _unused_no_arena(self, ctx: HostContext, v: PoolVerdict, evidence: Tuple[Evidence, ...]) -> Finding:
         pool = ctx.pool_assessment.pool
         assert pool is not None
+        hint = ctx.config.arena_hint("pass --arena to check it fits the engine")
         return self.finding(
             "unused-pool", Severity.WARNING,
             f"pool of {pool_words(pool)} that nobody uses now (free {format_count(pool.free)} of "
-            f"{format_count(pool.total)}); pass --arena to check it fits the engine",
+            f"{format_count(pool.total)}); {hint}",
             detail="If the pool is for the engine (hugepages: auto or hugetlb), give its arena "
             "size so that the fit can be checked; otherwise it holds memory hostage.",
             evidence=evidence,
@@ -280,7 +281,8 @@ class DefaultPoolWords(Check):
         facts, a = ctx.hugepages, ctx.pool_assessment
         assert a.pool is not None
         users = ", ".join(f"{h.name} (pid {h.pid}, {format_bytes(h.bytes)})" for h in facts.holders[:5])
-        why = "the engine runs on THP" if a.mode == "thp" else "no arena size to compare with (--arena)"
+        why = ("the engine runs on THP" if a.mode == "thp"
+               else f"no arena size to compare with ({ctx.config.arena_hint('--arena')})")
         return self.finding(
             "in-use", Severity.INFO,
             f"pool of {pool_words(a.pool)}, {format_count(a.pool.used)} in use"
@@ -355,6 +357,10 @@ class DefaultPoolWords(Check):
     def _config_evidence(self, ctx: HostContext) -> Tuple[Evidence, ...]:
         c = ctx.config
         source = c.source or "command line"
+        model = c.sizes.model if c.sizes is not None and c.sizes.arena_how else None
+        if model is not None:  # the arena is the model's, the mode the config's
+            return (Evidence(source, f"hugepages={c.hugepages}"),
+                    Evidence(model, f"arena={format_bytes(c.arena_bytes or 0)} (its routed experts)"))
         return (Evidence(source, f"arena={format_bytes(c.arena_bytes or 0)} hugepages={c.hugepages}"),)
 
     def _release(self, ctx: HostContext) -> PoolRelease:

@@ -66,11 +66,13 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
     elif quiet:
         _emit(output, "".join(line + "\n" for line in render.quiet_lines(results, threshold)))
     else:
+        from strata_doctor.output.sizes import sizes_line
+
         # A file gets no escape codes and one line per row; standard output is fitted to its
         # terminal and gets the ASCII marks where it cannot encode the others.
         style = (render.TextStyle(use_color(), terminal_width(), ascii_only()) if output is None
                  else render.TextStyle(False))
-        _emit(output, render.to_text(results, code, style, verbose))
+        _emit(output, render.to_text(results, code, style, verbose, sizes_line(ctx.config)))
     sys.exit(code)
 
 

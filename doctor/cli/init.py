@@ -58,6 +58,9 @@ def init_command(do_apply: bool, output: Optional[str], force: bool, wait: bool,
         _write_output(output, plan.files[0].content)
         return
     click.echo(_plan_words(plan), nl=False)
+    if plan.problems:  # as fix's dry run: --apply would refuse it with 2
+        click.echo("strata-doctor: error: cannot apply: " + "; ".join(plan.problems), err=True)
+        sys.exit(2)
 
 
 def _plan(options: HostOptions, force: bool) -> Tuple[Any, Any]:

@@ -73,6 +73,13 @@ SETTING_FLAGS: Tuple[SettingFlag, ...] = (
     SettingFlag("numa", "--numa", "auto|off|N", "Node to bind the engine to: auto = the GPU's node, "
                 "off = no binding, N = node N (numa:)."),
     SettingFlag("lock", "--lock/--no-lock", "", "Whether the engine mlock()s arena and K/V (lock:)."),
+    SettingFlag("model", "--model", "PATH", "The engine's model (GGUF file or safetensors folder), which "
+                "sizes the arena and K/V where they are not given (model:; default: the one on the "
+                "engine's command line)."),
+    SettingFlag("context", "--context", "TOKENS", "K/V cache length in tokens (context:; default: the "
+                "engine's --ctx-size, else the model's own)."),
+    SettingFlag("cache_type", "--cache-type", "TYPE", "K/V cache element type (cache_type:): f16 "
+                "(default), q8_0, q4_0..."),
 )
 """The setting flags every host command takes, one per config key (docs/config.md). A key
 that gets a flag gets a row here; ``release_pool`` is :data:`RELEASE_POOL_FLAG`, on ``fix``

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from strata_doctor.config import DEFAULT_CONFIG, KEYS, ConfigError, EngineConfig, parse_config
+from strata_doctor.config import DEFAULT_CONFIG, KEYS, ConfigError, EngineConfig, apply_settings, parse_config
 from strata_doctor.context import HostContext
 from strata_doctor.facts.units import UNIT_DIRS
 from strata_doctor.fix.plan import Answer, FixPlan
@@ -83,6 +83,9 @@ def _host_shows(ctx: HostContext, key: str) -> Optional[Setting]:
             return Setting(key, unit, f"the engine's unit: systemd has {unit} loaded")
         where = next((f"{d}/{unit}" for d in UNIT_DIRS if ctx.root.exists(f"{d}/{unit}")), None)
         return Setting(key, unit, f"the engine's unit, found at {where}") if where else None
+    sizes = ctx.config.sizes
+    if key == "model" and sizes is not None and sizes.model is not None and sizes.model_by:
+        return Setting(key, sizes.model, f"the engine's model, named by {sizes.model_by}")
     if key == "gpu" and ctx.placement is not None:
         gpu, node = ctx.placement.gpu, ctx.placement.node
         on = f"on node {node}" if node is not None else "on no NUMA node the tree names"
@@ -116,7 +119,11 @@ def read_back(text: str, expected: EngineConfig) -> List[str]:
     return [f"{DEFAULT_CONFIG} would read back {field} as {getattr(read, field)!r}, "
             f"not {getattr(expected, field)!r}"
             for field in EngineConfig._fields
-            if field not in ("source", "gpu_source") and getattr(read, field) != getattr(expected, field)]
+            if field not in PROVENANCE and getattr(read, field) != getattr(expected, field)]
+
+
+PROVENANCE = ("source", "gpu_source", "given", "sizes")
+"""Who gave each setting, not a setting: the file read back names itself for all of them."""
 
 
 def origins_of(current: Optional[bytes]) -> Dict[str, str]:
@@ -147,7 +154,9 @@ def init_plan(ctx: HostContext, given: Given, force: bool) -> FixPlan:
     settings = settings_for(ctx, given, kept)
     content = config_text(settings)
     chosen = {s.key: s.value for s in settings}
-    expected = ctx.config._replace(gpu=str(chosen["gpu"])) if "gpu" in chosen else ctx.config
+    # The settings as the same converters take them from the values chosen: what the written
+    # file must read back as (the sizes a model gives are no setting, and stay out).
+    expected = apply_settings(EngineConfig(), chosen, "init")
     planned = with_current(ctx.root, replace(empty, content=content), force)
     if planned.current_mode is not None:  # a config kept private stays so
         planned = replace(planned, mode=planned.current_mode)

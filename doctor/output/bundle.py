@@ -64,6 +64,10 @@ class Capture:
     programs not found: answers about the host, not read failures."""
     not_read: Tuple[Tuple[str, str], ...] = ()
     """(host path, note) for files only stat'ed or walked: bundled empty, never read."""
+    prefixes: Tuple[Tuple[str, int, int], ...] = ()
+    """(bundle path, bytes kept, bytes on the host) of files read only as a prefix (a model
+    file's header): the member holds that prefix, stat.json the host's size. Not redacted:
+    a placeholder of another length inside a length-prefixed header would break its replay."""
 
 
 # -- collecting -----------------------------------------------------------------
@@ -85,8 +89,9 @@ def capture(root: Root, unreadable: Sequence[Tuple[str, str]],
     gone = list(absent) + _add_commands(builder, root.commands)
     not_read = tuple((path, f"looked at, not read: bundled empty ({size} bytes on the host)")
                      for path, size in sorted(builder.stand_ins.values()))
+    prefixes = tuple((path, kept, size) for path, (kept, size) in sorted(builder.prefixes.items()))
     return Capture(builder.sorted_entries(), tuple(sorted(unreadable)), tuple(listings),
-                   tuple(sorted(gone)), not_read)
+                   tuple(sorted(gone)), not_read, prefixes)
 
 
 def _add_looked_at(builder: _Builder, root: Root, reads: Mapping[str, Optional[str]]) -> None:
@@ -94,7 +99,8 @@ def _add_looked_at(builder: _Builder, root: Root, reads: Mapping[str, Optional[s
     for path, found in sorted(root.probes.items()):
         if found and path not in reads:
             builder.add_probe(path)
-    builder.add_stats({p: st for p, st in root.stats.items() if st is not None and p not in reads})
+    builder.add_stats({p: st for p, st in root.stats.items() if st is not None and p not in reads},
+                      builder.heads)
 
 
 def _add_commands(builder: _Builder, commands: Mapping[str, CommandResult]) -> List[Tuple[str, str]]:
@@ -117,6 +123,10 @@ class _Builder:
         self.stand_ins: Dict[str, Tuple[str, int]] = {}
         """Bundle path -> (host path, size) of files only stat'ed, walked or reached by a
         link that was only read with readlink: bundled empty."""
+        self.prefixes: Dict[str, Tuple[int, int]] = {}
+        """Bundle path -> (bytes kept, bytes on the host) of files read only as a prefix."""
+        self.heads: Dict[str, FileStat] = {}
+        """Host path -> stat of the files read only as a prefix, for stat.json."""
 
     def sorted_entries(self) -> Tuple[Entry, ...]:
         return tuple(self.entries[p] for p in sorted(self.entries))
@@ -147,15 +157,24 @@ class _Builder:
             data = b""
         else:
             self.stand_ins.pop(real, None)
+            self._note_prefix(host_path, real, data)
         self._add_dirs(posixpath.dirname(real))
         self.entries[real] = Entry(real, "file", data)
 
-    def add_stats(self, stats: Mapping[str, FileStat]) -> None:
+    def _note_prefix(self, host_path: str, real: str, data: bytes) -> None:
+        """A file read only as a prefix keeps its host stat for stat.json, and is listed."""
+        head = self.root.head_of(host_path)
+        if head is not None:
+            self.heads[host_path] = head
+            self.prefixes[real] = (len(data), head.size)
+
+    def add_stats(self, stats: Mapping[str, FileStat], heads: Mapping[str, FileStat]) -> None:
         """Files only stat'ed (hugetlbfs files of many GiB): empty stand-ins, with their real
-        size, owner and mode in the capture's stat.json, which Root.stat replays."""
-        if not stats:
+        size, owner and mode in the capture's stat.json, which Root.stat replays; files read
+        only as a prefix (``heads``: their members hold it) have their row there too."""
+        if not stats and not heads:
             return
-        rows = {}
+        rows = {p: {"size": st.size, "uid": st.uid, "mode": st.mode} for p, st in heads.items()}
         for host_path, found in sorted(stats.items()):
             real = self.resolve(host_path, follow_last=False)
             if real is None:

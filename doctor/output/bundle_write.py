@@ -19,6 +19,7 @@ from strata_doctor.facts.processes import engine_cmdline
 from strata_doctor.output.bundle import TOP, Capture, Entry
 from strata_doctor.output.redact import Redactor
 from strata_doctor.root import CAPTURE_DIR
+from strata_doctor.sizes import SIZE_SOURCES
 
 SCHEMA = "strata-doctor/bundle/v1"
 KEEP_ENVIRON = (b"container",)  # systemd's container marker, read to detect containers
@@ -45,11 +46,15 @@ def settings_yaml(config: EngineConfig) -> bytes:
 
     Written into every bundle so a replay sees the arena and unit the reporter gave with
     ``--arena`` or ``--config`` (sizes in bytes: exact, and accepted by the parser), and
-    the opt-ins ``lock:`` and ``release_pool:`` where they are set.
+    the opt-ins ``lock:`` and ``release_pool:`` where they are set. Sizes the engine's
+    model gave are left to the model, whose header the bundle holds, so the replay says
+    where they came from; ``model:``, ``context:`` and ``cache_type:`` are kept as given.
     """
     lines = ["# Engine settings in effect when this bundle was written (strata-doctor report)."]
     values: List[Tuple[str, Any]] = [
-        ("arena", config.arena_bytes), ("kv", config.kv_bytes), ("headroom", config.headroom_bytes),
+        ("arena", _given(config, "arena", config.arena_bytes)), ("kv", _given(config, "kv", config.kv_bytes)),
+        ("model", config.model), ("context", config.context), ("cache_type", config.cache_type),
+        ("headroom", config.headroom_bytes),
         ("unit", config.unit), ("workers", config.workers), ("hugepages", config.hugepages),
         ("gpu", config.gpu), ("numa", config.numa),
     ]
@@ -61,6 +66,11 @@ def settings_yaml(config: EngineConfig) -> bytes:
     if config.release_pool:  # the opt-in that lets fix give away a pool others may use
         lines.append("release_pool: true")
     return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def _given(config: EngineConfig, key: str, size: Optional[int]) -> Optional[int]:
+    """A size the reporter gave (``--arena``, ``arena:``), None for one the model gave or none."""
+    return size if config.sizes is None or config.named_by(key) is not None else None
 
 
 def redact_capture(captured: Capture, redactor: Redactor, config: EngineConfig) -> List[Entry]:
@@ -80,13 +90,18 @@ def redact_capture(captured: Capture, redactor: Redactor, config: EngineConfig) 
             entries[entry.path] = scrubbed
     entries[DEFAULT_CONFIG] = Entry(DEFAULT_CONFIG, "file", settings_yaml(config))
     entries[CONFIG_SOURCE] = Entry(CONFIG_SOURCE, "file", f"{config.source or ''}\n".encode())
+    given = "".join(f"{key}\t{source}\n" for key, source in config.given)  # --arena or arena:
+    entries[SIZE_SOURCES] = Entry(SIZE_SOURCES, "file", given.encode())
     entries.setdefault("/etc", Entry("/etc", "dir"))
     entries.setdefault(f"/{CAPTURE_DIR}", Entry(f"/{CAPTURE_DIR}", "dir"))
+    heads = {path for path, _, _ in captured.prefixes}  # binary headers: Capture.prefixes
     for entry in entries.values():
         redactor.learn(entry.path)
-        redactor.learn(entry.data.decode("utf-8", "surrogateescape"))
+        if entry.path not in heads:
+            redactor.learn(entry.data.decode("utf-8", "surrogateescape"))
     return [
-        Entry(redactor.text(e.path), e.kind, redactor.data(e.data), redactor.text(e.target))
+        Entry(redactor.text(e.path), e.kind, e.data if e.path in heads else redactor.data(e.data),
+              redactor.text(e.target))
         for e in (entries[p] for p in sorted(entries))
     ]
 
@@ -169,6 +184,7 @@ def manifest_data(captured: Capture, members: List[Entry], redactor: Redactor) -
         "absent": [{"what": what, "reason": why} for what, why in captured.absent],
         "not_read": [{"what": what, "reason": why} for what, why in captured.not_read],
         "listings": [{"path": p, "host_entries": n, "empty_stand_ins": k} for p, n, k in captured.listings],
+        **_prefix_rows(captured, redactor),
         "notes": [
             f"{DEFAULT_CONFIG} holds the engine settings in effect when the bundle was written;"
             f" {CONFIG_SOURCE} says where they came from on the host (empty: the command line).",
@@ -178,6 +194,17 @@ def manifest_data(captured: Capture, members: List[Entry], redactor: Redactor) -
             " strata-doctor, with secret-looking values masked; /etc/passwd has no GECOS field.",
         ],
     }
+
+
+def _prefix_rows(captured: Capture, redactor: Redactor) -> Dict[str, Any]:
+    """The manifest's ``prefixes`` (files read only as a prefix: a model's header), left
+    out when there are none, so bundles without a model read are as they were."""
+    if not captured.prefixes:
+        return {}
+    rows = [{"path": redactor.text(p), "kept": kept, "host_size": size}
+            for p, kept, size in captured.prefixes]
+    return {"prefixes": rows, "prefix_note": "Read only as a header: the member holds the bytes read,"
+            " not redacted (a binary header's lengths must stay as they are); stat.json the size."}
 
 
 def _write_archive(path: str, members: List[Entry]) -> int:

@@ -162,6 +162,8 @@ class HostMap(NamedTuple):
     """What the binding fix changes; empty when it changes nothing."""
     pci_functions: int = 0
     """PCI functions the tree lists; 0 means its GPUs are unknown, not absent."""
+    arena_hint: str = "set arena: in the config, or --arena"
+    """What :attr:`arena` None asks for, or why the engine's model gave no arena."""
 
 
 def build_map(ctx: HostContext) -> HostMap:
@@ -193,6 +195,7 @@ def build_map(ctx: HostContext) -> HostMap:
         fix=fix,
         changes=changes,
         pci_functions=len(ctx.pci_addresses),
+        arena_hint=ctx.config.arena_hint("set arena: in the config, or --arena"),
     )
 
 

@@ -8,6 +8,7 @@ from strata_doctor import __version__
 from strata_doctor.context import HostContext
 from strata_doctor.facts.parse import format_cpulist
 from strata_doctor.model import CheckResult, Finding, Fix
+from strata_doctor.output.sizes import sizes_data
 from strata_doctor.output.text import EXIT_READY
 from strata_doctor.rules.gpu import place_gpu
 
@@ -23,6 +24,7 @@ def to_json_data(ctx: HostContext, results: Sequence[CheckResult], code: int) ->
         "ready": code == EXIT_READY,
         "exit_code": code,
         "engine": engine_data(ctx),
+        "sizes": sizes_data(ctx.config),
         "facts": facts_data(ctx),
         "checks": [check_data(r) for r in results],
         "findings": [finding_data(f) for r in results for f in r.findings],

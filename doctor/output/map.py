@@ -248,17 +248,17 @@ def _engine_lines(host: HostMap, frame: Frame) -> List[str]:
     else:
         lines.append(_item(frame, "plan", "no binding"))
     lines.extend(_item(frame, "", f"- {reason}") for reason in plan.reasons)
-    lines.append(_item(frame, "arena", _arena_text(host.arena)))
+    lines.append(_item(frame, "arena", _arena_text(host.arena, host.arena_hint)))
     lines.append(_item(frame, "fix", host.fix))
     width = max((len(c.what) for c in host.changes), default=0) + 2
     lines.extend(_item(frame, "", f"{c.what.ljust(width)}{c.now} → {c.after}") for c in host.changes)
     return lines
 
 
-def _arena_text(arena: Optional[ArenaPlace]) -> str:
+def _arena_text(arena: Optional[ArenaPlace], hint: str) -> str:
     """Where the arena would sit and whether it fits there, in one line."""
     if arena is None:
-        return "size not configured (set arena: in the config, or --arena)"
+        return f"size not configured ({hint})"
     where = format_nodes(arena.nodes) if arena.nodes != "all" else "the host's memory"
     if arena.total_bytes is None:
         return (f"{format_bytes(arena.arena_bytes)} + K/V {format_bytes(arena.kv_bytes)}"

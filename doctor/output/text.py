@@ -166,14 +166,15 @@ class _Layout:
 
 
 def to_text(
-    results: Sequence[CheckResult], code: int, style: TextStyle, verbose: bool = False
+    results: Sequence[CheckResult], code: int, style: TextStyle, verbose: bool = False, head: str = ""
 ) -> str:
     """flutter-doctor-like rows: a mark, the check id (with the finding's, on a row that is not
     ok: what ``--ignore`` takes), the finding's summary; under a row that is not ok (under
-    every row with ``verbose``), the command that explains it."""
+    every row with ``verbose``), the command that explains it. ``head`` (where the sizes came
+    from) and a blank line come before them."""
     column = max((len(_label(r, f)) for r in results for f in (r.findings or [None])), default=10)
     layout = _Layout(style.width, column)
-    lines: List[str] = []
+    lines: List[str] = [*layout.wrap(head, "", "  "), ""] if head else []
     for result in results:
         lines.extend(_result_lines(result, layout, style, verbose))
     lines.append("")
