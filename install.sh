@@ -62,7 +62,9 @@ else
 fi
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/strata-doctor-install.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT INT TERM
+trap 'rm -rf "$scratch"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 # What the wheel is built from, and nothing else (no .git, no .venv, no build leftovers).
 mkdir "$scratch/src"
 for part in pyproject.toml README.md doctor checks templates; do
