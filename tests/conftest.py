@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Union
 
 import pytest
 from click.testing import CliRunner, Result
+from hypothesis import settings
 
 from strata_doctor.cli import main
 
@@ -23,6 +24,11 @@ REPO = Path(__file__).resolve().parent.parent
 UPDATE_GOLDEN = os.environ.get("STRATA_UPDATE_GOLDEN") == "1"
 HOSTS = REPO / "tests" / "fixtures" / "hosts"
 SHARED = REPO.parent / "shared"
+
+# No example database: it would be a folder in the clone (.hypothesis/) that every xdist
+# worker writes at once, and that a run as root would leave root-owned. Each run draws fresh.
+settings.register_profile("strata-doctor", database=None)
+settings.load_profile("strata-doctor")
 
 
 def copy_host(host: Union[str, Path], dest: Path) -> Path:
@@ -188,3 +194,70 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
     base = tmp_path_factory.mktemp("corpus")
     yield open_corpus(base)
     shutil.rmtree(base, ignore_errors=True)  # ~220 MiB: do not leave it for pytest's retention
+
+
+# -- the last line of a run: how many tests read real hardware ----------------------------------
+HARDWARE_MARKERS = {
+    "corpus": ("corpus test", "corpus tests"),
+    "lstopo": ("lstopo comparison", "lstopo comparisons"),
+}
+"""marker -> how the summary names one test, and several, that carry it."""
+
+
+def hardware_absent(marker: str) -> Optional[str]:
+    """Why the tests of ``marker`` cannot run on this machine; None when they can."""
+    if marker == "corpus":
+        corpus_dir = SHARED / "corpus"
+        if not (corpus_dir / "MANIFEST.md").is_file():
+            return f"{corpus_dir} is absent (the real host snapshots; see README.md)"
+    elif shutil.which("lstopo-no-graphics") is None:
+        return "lstopo-no-graphics is not installed (apt install hwloc-nox)"
+    return None
+
+
+class HardwareTally:
+    """Counts, per marker, the tests seen and the tests whose body ran (passed or failed).
+    Under pytest-xdist the controller sees every worker's reports, keywords included."""
+
+    def __init__(self) -> None:
+        self.seen: Dict[str, int] = dict.fromkeys(HARDWARE_MARKERS, 0)
+        self.ran: Dict[str, int] = dict.fromkeys(HARDWARE_MARKERS, 0)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for marker in HARDWARE_MARKERS:
+            if marker not in report.keywords:
+                continue
+            if report.when == "setup":
+                self.seen[marker] += 1
+            # A test that skips in its body reports a skipped call; an xfail ran and failed.
+            if report.when == "call" and (not report.skipped or hasattr(report, "wasxfail")):
+                self.ran[marker] += 1
+
+    def line(self) -> Optional[str]:
+        """``real hardware: 268 corpus tests ran, 34 lstopo comparisons ran``, each count
+        that is 0 with the reason; None when the run held no such test."""
+        if not any(self.seen.values()):
+            return None
+        parts = []
+        for marker, words in HARDWARE_MARKERS.items():
+            count = self.ran[marker]
+            part = f"{count:,} {words[0] if count == 1 else words[1]} ran"
+            why = hardware_absent(marker) if count == 0 else None
+            parts.append(f"{part}: {why}" if why else part)
+        return "real hardware: " + ", ".join(parts)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # an xdist worker reports to the controller
+        config.pluginmanager.register(HardwareTally(), "strata-hardware-tally")
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> Iterator[None]:
+    """After pytest's own summary (so it is the last line), the tally of real-hardware tests."""
+    yield
+    tally = session.config.pluginmanager.get_plugin("strata-hardware-tally")
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    text = tally.line() if isinstance(tally, HardwareTally) else None
+    if text and reporter is not None and not session.config.option.collectonly:
+        reporter.write_line(text, bold=True)

@@ -102,6 +102,7 @@ def test_the_binding_uses_only_online_cpus(data: Dict[str, Any], tmp_path: Path)
 
 # -- lstopo reads the same tree the same way ---------------------------------------------------
 @pytest.mark.skipif(LSTOPO is None, reason="lstopo-no-graphics is not installed (Debian package hwloc-nox)")
+@pytest.mark.lstopo
 def test_lstopo_agrees_offline_cpus_included(data: Dict[str, Any]) -> None:
     view = run_lstopo(HOST, keep_gpu_nodes=False)
     tool = {n["id"]: frozenset(n["cpus"]) for n in data["facts"]["numa"]["nodes"]}

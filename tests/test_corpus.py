@@ -73,6 +73,7 @@ def test_check_runs_clean(corpus: Corpus, name: str) -> None:
 
 
 # == (2) NUMA facts agree with lstopo =================================================================
+@pytest.mark.lstopo
 @pytest.mark.parametrize("name", SNAPSHOTS)
 def test_numa_facts_agree_with_lstopo(corpus: Corpus, name: str) -> None:
     root = corpus.root(name)
@@ -134,6 +135,7 @@ def test_numa_facts_agree_with_lstopo(corpus: Corpus, name: str) -> None:
         assert tool_row == row, f"node {node_id}'s distance row"
 
 
+@pytest.mark.lstopo
 def test_lstopo_hides_gpu_memory_nodes_unless_asked(corpus: Corpus) -> None:
     """LSTOPO_HIDES_GPU_MEMORY_NODES, on the POWER9 host whose six V100s are nodes 250-255."""
     name = "nvidiagpunumanodes"
@@ -150,6 +152,7 @@ def test_lstopo_hides_gpu_memory_nodes_unless_asked(corpus: Corpus) -> None:
         assert row == {k: v for k, v in kept.distances[node_id].items() if k not in hidden}  # type: ignore[index]
 
 
+@pytest.mark.lstopo
 @pytest.mark.parametrize("name", SNAPSHOTS)
 def test_display_devices_sit_where_lstopo_puts_them(corpus: Corpus, name: str) -> None:
     """LSTOPO_PLACES_PCI_BY_LOCAL_CPUS: lstopo's locality of each display function is the set

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.corpus
 COMPUTE_UNITS = {"64amd64-4s2n4ca2co": (32, 64)}
 
 
+@pytest.mark.lstopo
 @pytest.mark.parametrize("name", SNAPSHOTS)
 def test_lstopo_counts_the_cpus_and_cores_the_doctor_counts(corpus: Corpus, name: str) -> None:
     root = Root(str(corpus.root(name)))

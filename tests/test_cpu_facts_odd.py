@@ -204,6 +204,7 @@ def test_possible_cpus_beyond_the_present_ones_are_not_offline() -> None:
 
 
 @pytest.mark.skipif(LSTOPO is None, reason="lstopo-no-graphics is not installed (Debian package hwloc-nox)")
+@pytest.mark.lstopo
 @pytest.mark.parametrize("host", ODD_CPU_HOSTS)
 def test_lstopo_counts_the_same_cpus_and_cores(host: str) -> None:
     assert LSTOPO is not None

@@ -109,6 +109,7 @@ def test_disagreements_are_current() -> None:
 
 
 @needs_lstopo
+@pytest.mark.lstopo
 @pytest.mark.parametrize("host", HOST_NAMES)
 def test_numa_nodes_and_pus_agree_with_lstopo(host: str) -> None:
     data = doctor(host)
@@ -147,6 +148,7 @@ def test_numa_nodes_and_pus_agree_with_lstopo(host: str) -> None:
 
 
 @needs_lstopo
+@pytest.mark.lstopo
 @pytest.mark.parametrize("host", HOST_NAMES)
 def test_display_functions_sit_where_lstopo_puts_them(host: str) -> None:
     data = doctor(host)
@@ -175,6 +177,7 @@ def test_display_functions_sit_where_lstopo_puts_them(host: str) -> None:
 
 
 @needs_lstopo
+@pytest.mark.lstopo
 def test_lstopo_shows_the_container_cpuset_as_the_doctor_reads_it() -> None:
     host = "container-numa-limits"
     data = doctor(host)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -62,11 +63,13 @@ def _snapshot(top: Path) -> Dict[str, Tuple[str, bytes]]:
 
 
 @pytest.fixture(scope="module")
-def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Every host tree, freshly generated."""
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every host tree, freshly generated; removed after the module (160 MiB), pass or fail,
+    as a failed run keeps pytest's session folders."""
     out = tmp_path_factory.mktemp("hosts")
     MAKE_HOSTS.write_all(out)
-    return out
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
 
 
 @pytest.mark.parametrize("host", HOST_NAMES)

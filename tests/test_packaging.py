@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,10 +23,18 @@ from tests.conftest import HOSTS, REPO
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy, as install.sh builds it: setuptools writes build/ and *.egg-info
+    # into the folder it builds, and the clone stays as it was.
+    source = out / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    for folder in ("doctor", "checks", "templates"):
+        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
     # No build isolation: the build needs only the setuptools already installed, no network.
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(out), str(REPO)],
+         "-w", str(out), str(source)],
         capture_output=True, text=True, check=False,
     )
     if build.returncode != 0:
