@@ -65,10 +65,11 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/strata-doctor-install.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-# What the wheel is built from, and nothing else (no .git, no .venv, no build leftovers).
-mkdir "$scratch/src"
-for part in pyproject.toml README.md doctor checks templates; do
-    cp -R "$here/$part" "$scratch/src/"
+# What the wheel is built from, and nothing else (no .git, no .venv, no build leftovers):
+# pyproject's package-dir folders, docs/checks among them (the pages explain prints).
+mkdir -p "$scratch/src/docs"
+for part in pyproject.toml README.md doctor checks templates docs/checks; do
+    cp -R "$here/$part" "$scratch/src/$part"
 done
 find "$scratch/src" -name __pycache__ -prune -exec rm -rf {} +
 
