@@ -12,6 +12,7 @@ from strata_doctor.cli.options import (
     UsageFailure,
     a_path,
     ascii_only,
+    checked_output,
     complete_checks,
     complete_ids,
     echo,
@@ -50,7 +51,7 @@ def check_command(check_ids: Tuple[str, ...], fmt: str, output: Optional[str], i
     """Check this host (or a captured one) for the engine; exit 1 when not ready."""
     from strata_doctor.output import text as render
 
-    output = _checked_output(output)
+    output = checked_output(output)
     options = host_from_kwargs(kwargs)
     known_ids(ignore, "--ignore")
     _, ctx = open_host(options)
@@ -85,18 +86,6 @@ def _emit(output: Optional[str], text: str, marks: bool = True) -> None:
     else:
         _write_output(output, text, None)
 
-
-def _checked_output(output: Optional[str]) -> Optional[str]:
-    """The file ``--output`` names, checked before any work (None: standard output)."""
-    if not output:
-        return None
-    from strata_doctor.output.files import OutputError, check_path, is_stdout
-
-    try:
-        check_path(output)
-    except OutputError as exc:
-        raise UsageFailure(f"--output {exc}") from None
-    return None if is_stdout(output) else output
 
 
 def _emit_fleet(fmt: str, output: Optional[str], ctx: HostContext, results: List[CheckResult],

@@ -2,7 +2,6 @@
 
 import os
 import re
-import sys
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -18,6 +17,14 @@ from typing import (
 )
 
 import click
+
+# The streams' own rules (colour, encoding, width) are streams.py's; every command imports
+# them from here with the rest of what it shares.
+from strata_doctor.cli.streams import ascii_only as ascii_only
+from strata_doctor.cli.streams import echo as echo
+from strata_doctor.cli.streams import stream_encoding as stream_encoding
+from strata_doctor.cli.streams import terminal_width as terminal_width
+from strata_doctor.cli.streams import use_color as use_color
 
 if TYPE_CHECKING:  # imported where used: --help and usage errors never load the host's layers
     from click.shell_completion import CompletionItem
@@ -109,6 +116,20 @@ def _root_dir(ctx: click.Context, param: click.Parameter, value: str) -> str:
     if not os.path.isdir(value):
         raise UsageFailure(f"--root {value}: not a folder; a report bundle is replayed with --bundle")
     return value
+
+
+def checked_output(output: Optional[str]) -> Optional[str]:
+    """The file ``--output`` names, checked before any work or measuring, so a refused path
+    costs nothing (None: standard output); a refusal is one line and exit 2."""
+    if not output:
+        return None
+    from strata_doctor.output.files import OutputError, check_path, is_stdout
+
+    try:
+        check_path(output)
+    except OutputError as exc:
+        raise UsageFailure(f"--output {exc}") from None
+    return None if is_stdout(output) else output
 
 
 def host_options(func: F) -> F:
@@ -300,63 +321,6 @@ def _unpack_bundle(path: str) -> str:
                            "(the compressed data ends early)") from None
     except (OSError, ValueError, zlib.error, tarfile.TarError) as exc:
         raise UsageFailure(f"{path}: not a strata-doctor bundle: {exc}") from None
-
-
-def use_color(stream: Any = None) -> bool:
-    """Colour only on a terminal, never under a non-empty NO_COLOR (https://no-color.org), never on
-    TERM=dumb (a terminal that shows escape codes as text: Emacs' shell, some CI logs)."""
-    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
-        return False
-    stream = stream or sys.stdout
-    return bool(getattr(stream, "isatty", lambda: False)())
-
-
-def stream_encoding(stream: Any) -> str:
-    """The encoding ``stream`` really reaches its reader in. Python's UTF-8 mode, which the
-    C or POSIX locale turns on by itself (PEP 540), makes standard output UTF-8 whatever the
-    terminal takes: there, unless PYTHONUTF8, -X utf8 or PYTHONIOENCODING asked for it, the
-    locale's own codeset counts (ASCII under LC_ALL=C)."""
-    encoding = str(getattr(stream, "encoding", None) or "ascii")
-    if stream is None or stream not in (sys.__stdout__, sys.__stderr__) or not sys.flags.utf8_mode:
-        return encoding
-    if os.environ.get("PYTHONUTF8") or os.environ.get("PYTHONIOENCODING") or "utf8" in sys._xoptions:
-        return encoding
-    import locale
-
-    try:
-        return locale.nl_langinfo(locale.CODESET) or encoding
-    except (AttributeError, ValueError):  # no nl_langinfo on this platform
-        return encoding
-
-
-def ascii_only(stream: Any = None) -> bool:
-    """Whether ``stream`` (standard output by default) needs the ASCII marks: its encoding
-    cannot encode one of the marks check, fix, report and map print (docs/exit-codes.md)."""
-    from strata_doctor.output.text import encodes_marks
-
-    return not encodes_marks(stream_encoding(sys.stdout if stream is None else stream))
-
-
-def terminal_width(stream: Any = None) -> Optional[int]:
-    """The width to wrap text to: the terminal's (COLUMNS first, as shutil reads it), or None
-    when ``stream`` (standard output by default) is no terminal."""
-    import shutil
-
-    from strata_doctor.output.text import wrap_width
-
-    stream = sys.stdout if stream is None else stream
-    is_terminal = bool(getattr(stream, "isatty", lambda: False)())
-    return wrap_width(is_terminal, shutil.get_terminal_size((80, 24)).columns if is_terminal else 0)
-
-
-def echo(text: str, nl: bool = True, err: bool = False) -> None:
-    """``click.echo`` with the ASCII marks where the stream needs them (click itself writes
-    UTF-8 to a stream that says ASCII)."""
-    if ascii_only(sys.stderr if err else sys.stdout):
-        from strata_doctor.output.text import to_plain
-
-        text = to_plain(text)
-    click.echo(text, nl=nl, err=err)
 
 
 def select_checks(ids: Sequence[str]) -> Tuple[List[Type["Check"]], List["Crash"]]:

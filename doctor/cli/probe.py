@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Tuple
 
 import click
 
-from strata_doctor.cli.options import UsageFailure, a_path
+from strata_doctor.cli.options import UsageFailure, a_path, checked_output
 
 if TYPE_CHECKING:  # the probe's modules load only when it runs
     from strata_doctor.facts.probe_result import GpuCopy, ProbeResult
@@ -64,7 +64,7 @@ def probe_command(root: Optional[str], bundle: Optional[str], seconds: float, si
     from strata_doctor.facts.probe_result import to_json
     from strata_doctor.facts.saved_probe import to_text
 
-    output = _checked_output(output)
+    output = checked_output(output)
     if save:  # before measuring: a save that cannot happen must not cost the run
         refusal = save_refusal(Path(SAVE_ROOT))
         if refusal:
@@ -105,18 +105,6 @@ def run_notes(seconds: float) -> Tuple[str, ...]:
 
     return notes(seconds)
 
-
-def _checked_output(output: Optional[str]) -> Optional[str]:
-    """The file ``--output`` names, checked before measuring (None: standard output)."""
-    from strata_doctor.output.files import OutputError, check_path, is_stdout
-
-    if output is None:
-        return None
-    try:
-        check_path(output)
-    except OutputError as exc:
-        raise UsageFailure(f"--output {exc}") from None
-    return None if is_stdout(output) else output
 
 
 def _emit(output: Optional[str], text: str) -> None:

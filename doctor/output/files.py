@@ -90,12 +90,8 @@ def _kind(info: os.stat_result) -> str:
 
 def writes_through(path: Optional[str]) -> bool:
     """``path`` exists now as a character device or a FIFO (written through, never replaced)."""
-    if not path or is_stdout(path):
-        return False
-    try:
-        return written_through(os.lstat(path))
-    except OSError:
-        return False
+    found = _lstat(path)
+    return found is not None and written_through(found)
 
 
 def is_terminal(path: Optional[str]) -> bool:
@@ -116,12 +112,18 @@ def is_terminal(path: Optional[str]) -> bool:
 
 def is_null(path: Optional[str]) -> bool:
     """``path`` is the null device (``/dev/null``, or another name of the same device)."""
+    found = _lstat(path)
+    return found is not None and _null_device(found)
+
+
+def _lstat(path: Optional[str]) -> Optional[os.stat_result]:
+    """``lstat`` of a path the user named for output; None for standard output or no file."""
     if not path or is_stdout(path):
-        return False
+        return None
     try:
-        return _null_device(os.lstat(path))
+        return os.lstat(path)
     except OSError:
-        return False
+        return None
 
 
 def _null_device(info: os.stat_result) -> bool:
