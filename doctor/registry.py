@@ -195,14 +195,15 @@ def _run_one(
 
 
 def one_row(findings: Sequence[Finding]) -> Tuple[Finding, ...]:
-    """A check's findings without an ok one beside one that is not: a row saying all is
-    well above a row saying it is not reads as a contradiction. Each ok finding becomes a
-    sentence of the worst finding's detail (what is fine, with its numbers), its evidence
-    joins the worst's; findings that are all ok, or none ok, are kept as they are."""
+    """A check's findings without an ok one beside a problem (a warning or an error): a row
+    saying all is well above a row saying it is not reads as a contradiction. Each ok
+    finding becomes a sentence of the worst finding's detail (what is fine, with its
+    numbers), its evidence joins the worst's. Findings with no problem among them are kept
+    as they are: an info row beside an ok one adds to it (what could not be read, say)."""
     fine = [f for f in findings if f.severity is Severity.OK]
-    if not fine or len(fine) == len(findings):
+    worst = max(findings, key=lambda f: f.severity, default=None)  # the first of the most severe
+    if not fine or worst is None or worst.severity < Severity.WARNING:
         return tuple(findings)
-    worst = max(findings, key=lambda f: f.severity)  # the first of the most severe
     merged = _fold(worst, fine)
     return tuple(merged if f is worst else f for f in findings if f.severity is not Severity.OK)
 

@@ -99,7 +99,9 @@ def test_an_encoding_without_the_symbols_gets_ascii_marks(encoding: str, command
     assert result.returncode == (0 if command == ["report"] else 1)
     text = result.stdout.decode(encoding)
     if command[0] == "check":
-        assert text.startswith("+ numa-topology") and "\nx numa-binding" in text
+        # After the line that says where the sizes came from, and a blank line.
+        assert text.startswith("arena 46.84 GiB: arena: in /etc/strata-doctor.yaml")
+        assert "\n\n+ numa-topology" in text and "\nx numa-binding" in text
     assert "\u2713" not in text and "\u2717" not in text
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -29,10 +30,13 @@ def test_binding_error_names_node_1_the_ratio_and_the_numactl_line(seed_text: st
     assert "Binding keeps 22 of 44 cores (44 of 88 CPUs: 22-43,66-87)" in detail
 
 
-def test_arena_fits_node_1_with_room_to_spare(seed_text: str) -> None:
-    line = next(x for x in seed_text.splitlines() if x.startswith("✓ arena-fit"))
-    assert "46.84 GiB + K/V 3.09 GiB + headroom 4.00 GiB = 53.93 GiB" in line
-    assert "fits node 1" in line and "to spare" in line
+def test_arena_fits_node_1_but_not_its_free_memory_in_one_row(seed_text: str) -> None:
+    """One row, the worst: node 1's capacity holds the engine, its free memory now does not."""
+    rows = [x for x in seed_text.splitlines() if re.match(r"[✓!✗] arena-fit[ /]", x)]
+    assert len(rows) == 1 and rows[0].startswith("! arena-fit/low-free"), rows
+    assert "46.84 GiB + K/V 3.09 GiB + headroom 4.00 GiB = 53.93 GiB fits node 1 (63.00 GiB)" in rows[0]
+    assert "but only 33.93 GiB of it is free for the engine now: 20.00 GiB less than it needs" in rows[0]
+    assert "Its MemTotal leaves 9.07 GiB to spare." in seed_text
 
 
 def test_hugepage_trap_and_oomd_are_one_chain_with_the_seed_numbers(seed_text: str) -> None:

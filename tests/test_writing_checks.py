@@ -67,7 +67,9 @@ def test_the_plug_ins_warning_and_its_exit_code(tmp_path: Path) -> None:
     text = re.sub(r"^SwapTotal:.*$", "SwapTotal:             0 kB", meminfo.read_text(), flags=re.M)
     meminfo.write_text(text)
     done = _check(env, host, tmp_path)
-    warned = ("! swap-present/no-swap  no swap configured\n"
+    warned = ("arena 46.84 GiB: arena: in /etc/strata-doctor.yaml; K/V 3.09 GiB: kv: in "
+              "/etc/strata-doctor.yaml\n\n"
+              "! swap-present/no-swap  no swap configured\n"
               "                        → more: https://example.org/swap-doctor#swap-present\n"
               "\n1 warning: ready (exit 0)\n")
     assert (done.returncode, done.stdout) == (0, warned)
