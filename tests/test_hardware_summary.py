@@ -3,6 +3,7 @@ the corpus snapshots of ../shared/corpus and the comparisons with lstopo, or why
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -60,7 +61,14 @@ def run_inner(folder: Path, *args: str, path: str = "") -> List[str]:
     return done.stdout.rstrip("\n").splitlines()
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+XDIST = importlib.util.find_spec("xdist") is not None
+WORKERS = [
+    [],
+    # The oldest-versions run has no pytest-xdist: the one-process case still runs there.
+    pytest.param(["-n", "2"], marks=pytest.mark.skipif(not XDIST, reason="pytest-xdist is not installed")),
+]
+
+@pytest.mark.parametrize("workers", WORKERS, ids=["one process", "xdist"])
 def test_the_last_line_counts_the_tests_that_ran(tmp_path: Path, workers: List[str]) -> None:
     (tmp_path / "test_marked.py").write_text(MARKED)
     lines = run_inner(tmp_path, *workers)
@@ -68,7 +76,7 @@ def test_the_last_line_counts_the_tests_that_ran(tmp_path: Path, workers: List[s
     assert lines[-1] == "real hardware: 2 corpus tests ran, 1 lstopo comparison ran", lines[-3:]
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+@pytest.mark.parametrize("workers", WORKERS, ids=["one process", "xdist"])
 def test_none_ran_and_why(tmp_path: Path, workers: List[str]) -> None:
     (tmp_path / "conftest.py").write_text(NO_CORPUS)
     (tmp_path / "test_skipped.py").write_text(ALL_SKIP)
