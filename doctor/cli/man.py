@@ -92,7 +92,9 @@ def _options(command: click.Command, ctx: click.Context) -> List[str]:
     for param in command.get_params(ctx):
         if not isinstance(param, click.Option) or param.hidden:
             continue
-        names = ", ".join(f"\\fB{_escape(opt)}\\fR" for opt in [*param.opts, *param.secondary_opts])
+        # Short names first, then long, whatever order a click version keeps them in.
+        opts = sorted(param.opts, key=lambda opt: opt.startswith("--")) + list(param.secondary_opts)
+        names = ", ".join(f"\\fB{_escape(opt)}\\fR" for opt in opts)
         value = _value(param)
         head = f"{names} \\fI{_escape(value)}\\fR" if value else names
         lines += [".TP", head, _words(" ".join(filter(None, [param.help, _default(param)])))]
