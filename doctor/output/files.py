@@ -62,12 +62,9 @@ def check_path(path: str) -> None:
         return
     if not path:
         raise OutputError("an empty path names no file")
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
+    info = _existing(path)
+    if info is None:
         return
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
     if stat.S_ISLNK(info.st_mode):
         try:
             target = os.readlink(path)
@@ -226,15 +223,23 @@ def _write_through(path: str, data: bytes) -> int:
     return len(data)
 
 
+def _existing(path: str) -> Optional[os.stat_result]:
+    """``lstat`` of an output path; None when nothing is there yet, one line when it cannot
+    be asked."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
 def _still_replaceable(path: str) -> None:
     """Right before the rename: ``path`` is still absent or a regular file (a device or
     FIFO put there meanwhile is not replaced)."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
+    info = _existing(path)
+    if info is None:
         return
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
     if not stat.S_ISREG(info.st_mode):
         raise OutputError(f"{path}: is {_kind(info)} now, not a regular file; refusing to replace it")
 
