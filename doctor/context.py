@@ -1,9 +1,16 @@
 """One host as the checks see it: facts read lazily, once, through one root."""
 
 from functools import cached_property
-from typing import TYPE_CHECKING, Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from strata_doctor.config import EngineConfig
+from strata_doctor.context_accel import AcceleratorFacts
+from strata_doctor.context_gpus import EngineGpuFacts
+from strata_doctor.context_kernel import KernelLogFacts
+from strata_doctor.context_memory import MemoryStateFacts
+from strata_doctor.context_nodes import MemoryNodeFacts
+from strata_doctor.context_platform import PlatformFacts
+from strata_doctor.context_report import ReportFacts
 from strata_doctor.facts.cgroup import EngineLimits, read_engine_limits
 from strata_doctor.facts.cgroup_path import read_cgroup_path
 from strata_doctor.facts.cpu import CpuFacts, KernelIsa, read_cpu, read_kernel_isa
@@ -53,11 +60,9 @@ from strata_doctor.rules.pool import PoolAssessment, assess_pool
 from strata_doctor.rules.trap import TrapVerdict, assess_trap
 from strata_doctor.sizes import with_model_sizes
 
-if TYPE_CHECKING:  # the report's facts, imported where they are read
-    from strata_doctor.facts.host import DmiSystem, OsRelease, SoftwareVersions
 
-
-class HostContext:
+class HostContext(EngineGpuFacts, AcceleratorFacts, MemoryNodeFacts, KernelLogFacts, MemoryStateFacts,
+                  PlatformFacts, ReportFacts):
     """Facts about one host, each computed on first use and then kept."""
 
     def __init__(self, root: Root, config: EngineConfig, gpu: Optional[str] = None) -> None:
@@ -372,27 +377,3 @@ class HostContext:
         """What the kernel lets a process use: release, arch_prctl's AMX answer (asked on a
         live host, replayed from a capture), boot options that hide vector state."""
         return read_kernel_isa(self.root)
-
-    # -- the host as a report names it: doctor/facts/host.py ----------------------------------
-    # Only the report asks for these: their module is imported when it does, not on check's
-    # start-up path.
-    @cached_property
-    def software_versions(self) -> "SoftwareVersions":
-        """Kernel, systemd, NVIDIA driver and CUDA versions."""
-        from strata_doctor.facts.host import read_software_versions
-
-        return read_software_versions(self.root)
-
-    @cached_property
-    def os_release(self) -> "OsRelease":
-        """The distribution, from os-release(5)."""
-        from strata_doctor.facts.host import read_os_release
-
-        return read_os_release(self.root)
-
-    @cached_property
-    def dmi_system(self) -> "DmiSystem":
-        """The system's vendor and product name from DMI."""
-        from strata_doctor.facts.host import read_dmi_system
-
-        return read_dmi_system(self.root)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from strata_doctor.config import CONFIG_SOURCE, DEFAULT_CONFIG, EngineConfig
+from strata_doctor.facts.environ import engine_variable
 from strata_doctor.facts.processes import engine_cmdline
 from strata_doctor.output.bundle import TOP, Capture, Entry
 from strata_doctor.output.redact import Redactor
@@ -22,7 +23,6 @@ from strata_doctor.root import CAPTURE_DIR
 from strata_doctor.sizes import SIZE_SOURCES
 
 SCHEMA = "strata-doctor/bundle/v1"
-KEEP_ENVIRON = (b"container",)  # systemd's container marker, read to detect containers
 PROCESS_CMDLINE = re.compile(r"/proc/\d+/cmdline")
 IDENTITY_PASSWD = "/etc/passwd"
 
@@ -136,12 +136,14 @@ def _drop_gecos(data: bytes) -> bytes:
 
 
 def _scrub_environ(entry: Entry) -> Entry:
-    """A process environment keeps its variable names and only ``container=``'s value:
-    the checks need no more, and environments carry credentials no pattern knows."""
+    """A process environment keeps its variable names, and the values of the variables the
+    checks read alone (facts/environ.py: the GPU runtimes', OpenMP's, thread counts,
+    ``container``): environments carry credentials no pattern knows."""
     kept = []
     for item in entry.data.split(b"\0"):
         name, sep, _ = item.partition(b"=")
-        kept.append(item if name in KEEP_ENVIRON or not sep else name + b"=")
+        keep = not sep or engine_variable(name.decode("utf-8", "replace"))
+        kept.append(item if keep else name + b"=")
     return Entry(entry.path, entry.kind, b"\0".join(kept), entry.target)
 
 
@@ -189,7 +191,8 @@ def manifest_data(captured: Capture, members: List[Entry], redactor: Redactor) -
             f"{DEFAULT_CONFIG} holds the engine settings in effect when the bundle was written;"
             f" {CONFIG_SOURCE} says where they came from on the host (empty: the command line).",
             "Listed folders keep every name; entries nothing was read below are empty stand-ins.",
-            "Process environments (/proc/PID/environ) keep variable names, not values.",
+            "Process environments (/proc/PID/environ) keep variable names; values only of the"
+            " GPU runtimes', OpenMP's and thread-count variables the checks read.",
             "Command lines (/proc/PID/cmdline) are kept only where they name the engine or"
             " strata-doctor, with secret-looking values masked; /etc/passwd has no GECOS field.",
         ],

@@ -1,0 +1,13 @@
+"""Memory as the kernel holds it now: overcommit, fragmentation, memory channels, ZFS's ARC, the
+limits on pinning.
+
+A part of :class:`~strata_doctor.context.HostContext`, which inherits it: its facts are read
+once per host, on first use, like the rest of the context's. A method that needs another of
+the context's facts declares it under ``TYPE_CHECKING`` as a read-only property (as
+``context_gpus.py`` does ``engine_pid``), which the context's own cached property fills.
+"""
+
+
+class MemoryStateFacts:
+    """Memory as the kernel holds it now: overcommit, fragmentation, memory channels, ZFS's ARC,
+    the limits on pinning."""
