@@ -81,8 +81,8 @@ class AcceleratorFacts:
     @cached_property
     def rocm_gpus(self) -> Tuple[RocmGpu, ...]:
         """rocm-smi's GPUs (product name, bus, node), asked only when the host has an AMD GPU
-        that amdgpu drives."""
-        if not any(g.vendor == AMD and g.driver == "amdgpu" for g in self.gpus):
+        that amdgpu drives and that may compute (an iGPU beside an NVIDIA card asks nothing)."""
+        if not any(g.vendor == AMD and g.driver == "amdgpu" and g.set_aside is None for g in self.gpus):
             return ()
         return read_rocm_gpus(self.root)
 
