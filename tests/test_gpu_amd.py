@@ -15,7 +15,7 @@ from strata_doctor.facts.kfd import KfdMemBank, KfdNode
 from strata_doctor.facts.rocm_smi import parse_rocm_product, parse_rocm_topo_nodes
 from strata_doctor.root import Root
 from strata_doctor.rules.gpu import choose_compute_gpu, compute_candidates, integrated_gpu
-from tests.conftest import HOSTS, check_json, findings_of, write_tree
+from tests.conftest import HOSTS, check_json, copy_host, findings_of, write_tree
 
 PCI = "/sys/devices/pci0000:00/0000:00:03.1"
 
@@ -192,3 +192,20 @@ def test_radeon_desktop_computes_on_the_discrete_card() -> None:
 def test_an_nvidia_host_keeps_cuda_s_words() -> None:
     data = check_json(HOSTS / "seed-box")
     assert "(cudaHostRegister)" in findings_of(data, "swap")["gpu-pinned"]["summary"]
+
+
+def _names(root: Path) -> Dict[str, str]:
+    from strata_doctor.config import EngineConfig
+    from strata_doctor.context import HostContext
+
+    return HostContext(Root(str(root)), EngineConfig()).gpu_names
+
+
+def test_the_tools_names_win_over_the_table(tmp_path: Path) -> None:
+    assert _names(HOSTS / "vm-gpu-nonuma")["0000:06:00.0"] == "Tesla P100-PCIE-16GB"  # nvidia-smi's
+    assert _names(HOSTS / "mi300x-8x")["0000:05:00.0"] == "AMD Instinct MI300X OAM"  # rocm-smi's
+    tree = copy_host("mi300x-8x", tmp_path / "host")
+    (tree / ".strata-doctor/commands/rocm-smi-showproductname.txt").unlink()
+    names = _names(tree)
+    assert names["0000:05:00.0"] == "AMD Instinct MI300X"  # the table's, without rocm-smi
+    assert "0000:02:00.0" not in names  # the BMC's VGA: no model known
