@@ -6,9 +6,11 @@ from typing import Iterator, Optional, Sequence, Tuple
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.facts.gpu import Gpu
-from strata_doctor.facts.nvidia_smi import NVIDIA_SMI_Q
-from strata_doctor.facts.parse import format_cpulist
+from strata_doctor.facts.gpu import AMD, Gpu
+from strata_doctor.facts.kfd import KFD_TOPOLOGY, KfdTopology
+from strata_doctor.facts.nvidia_smi import NVIDIA_SMI_Q, NVIDIA_SMI_QUERY
+from strata_doctor.facts.parse import format_bytes, format_cpulist
+from strata_doctor.facts.rocm_smi import ROCM_SMI_PRODUCT, ROCM_SMI_TOPO
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.rules.gpu import GpuPlacement
 
@@ -30,6 +32,16 @@ class GpuPlacementCheck(Check):
     BMC's VGA has no compute GPU, and the checks that need one skip with that reason.
     The class comes from ``modalias`` when the ``class`` file is missing.
 
+    AMD GPUs are the functions of vendor 1002 that amdgpu drives, in classes 0x0300 (Radeon,
+    APUs), 0x0302, 0x0380 (MI210) and 0x1200 (a "processing accelerator": MI300X); a class
+    0x12 function of another vendor counts only when ``--gpu`` names it. The amdkfd topology
+    (``/sys/class/kfd/kfd/topology/nodes/*``) matches each AMD GPU to its KFD node by
+    ``domain`` and ``location_id``: a node with ``simd_count`` > 0 and no VRAM bank is an
+    APU's integrated GPU, which computes out of host RAM and so is never the compute GPU
+    unless named, as an Intel integrated GPU (i915 or xe at 00:02.0) is not. The finding
+    names the GPU's model (nvidia-smi's or rocm-smi's name when captured, else the ids'
+    model) and, for an AMD GPU, its VRAM and its KFD links to the CPU node and over xGMI.
+
     A ``numa_node`` of -1 (no firmware locality, common in VMs) falls back to the node
     whose CPUs match ``local_cpulist``; a ``numa_node`` that contradicts
     ``local_cpulist``, or a ``local_cpulist`` that contradicts the ``local_cpus`` bitmap,
@@ -46,7 +58,9 @@ class GpuPlacementCheck(Check):
 
     def commands(self, ctx: HostContext) -> Sequence[Command]:
         gpu = ctx.placement.gpu if ctx.placement else None
-        return (NVIDIA_SMI_Q,) if gpu is not None and gpu.vendor == 0x10DE else ()
+        if gpu is not None and gpu.vendor == 0x10DE:
+            return (NVIDIA_SMI_Q, NVIDIA_SMI_QUERY)
+        return (ROCM_SMI_PRODUCT, ROCM_SMI_TOPO) if gpu is not None and gpu.vendor == AMD else ()
 
     def run(self, ctx: HostContext) -> Iterator[Finding]:
         placement = ctx.placement
@@ -54,7 +68,7 @@ class GpuPlacementCheck(Check):
             yield self._no_compute_gpu(ctx) if ctx.gpus else self._no_gpu(len(ctx.pci_addresses))
             return
         gpu = placement.gpu
-        evidence = _evidence(gpu)
+        evidence = _evidence(gpu) + _kfd_evidence(ctx.kfd, gpu)
         yield self._node(ctx, placement, evidence)
         for more in (self._cpus_conflict(gpu), self._persistence(ctx, gpu),
                      self._contradiction(placement, evidence)):
@@ -62,11 +76,17 @@ class GpuPlacementCheck(Check):
                 yield more
 
     def _no_compute_gpu(self, ctx: HostContext) -> Finding:
+        why = ("A server's BMC and a hypervisor give the host a display chip for the console; it "
+               "has no memory or compute for the expert cache.")
+        if any(g.integrated for g in ctx.gpus):
+            why = ("A CPU's integrated GPU has no memory of its own: it computes out of the same "
+                   "RAM as the CPU pool, so an expert cache on it saves no host-memory traffic."
+                   if not any(g.management for g in ctx.gpus) else
+                   why + " A CPU's integrated GPU has no memory of its own for it either.")
         return self.finding(
             "no-compute-gpu", Severity.WARNING,
             ctx.compute_gpu[1],
-            detail="A server's BMC and a hypervisor give the host a display chip for the "
-            "console; it has no memory or compute for the expert cache. The checks that need "
+            detail=why + " The checks that need "
             "a compute GPU skip; pass `--gpu ADDRESS` (or `gpu:` in the config) if one of these "
             "is the GPU the engine uses.",
             evidence=tuple(Evidence(f"{PCI}/{g.address}/vendor,device,class",
@@ -89,7 +109,8 @@ class GpuPlacementCheck(Check):
         return self.finding(
             "no-gpu", Severity.WARNING,
             "no GPU found: the engine would run without its expert cache",
-            detail=f"Of the {functions:,} PCI functions listed, none is of class 0x03 (display/3D). "
+            detail=f"Of the {functions:,} PCI functions listed, none is of class 0x03 (display/3D) "
+            "or an AMD accelerator that amdgpu drives (class 0x12). "
             "Strata caches hot experts on one GPU; without one every expert runs on the CPU pool.",
             evidence=(Evidence(PCI, f"{functions:,} functions, none with class 0x03xxxx"),),
         )
@@ -98,10 +119,10 @@ class GpuPlacementCheck(Check):
         """The compute GPU's node: unknown, placed by local_cpulist, or placed."""
         gpu = placement.gpu
         others = [g.address for g in ctx.gpus if g.address != gpu.address]
-        detail = f"Chosen as {placement.choice_reason}."
+        detail = f"Chosen as {placement.choice_reason}." + _kfd_words(ctx.kfd, gpu)
         if others:
             detail += f" Other GPUs: {', '.join(others)}."
-        name = f"{gpu.vendor_name} {gpu.ids} at {gpu.address}"
+        name = f"{ctx.gpu_label(gpu)} at {gpu.address}"
         if placement.node is None:
             return self.finding(
                 "unknown-node", Severity.WARNING if len(ctx.numa.cpu_nodes) > 1 else Severity.INFO,
@@ -166,6 +187,33 @@ class GpuPlacementCheck(Check):
             "proximity table is suspect. strata-doctor trusts numa_node.",
             evidence=evidence,
         )
+
+
+def _kfd_words(kfd: KfdTopology, gpu: Gpu) -> str:
+    """What the amdkfd topology adds of an AMD GPU: its node, VRAM and links."""
+    node = kfd.gpu_at(gpu.address)
+    if node is None:
+        return ""
+    words = f" KFD node {node.id}: "
+    words += f"{format_bytes(node.vram)} of VRAM" if node.has_vram_bank else "no VRAM bank"
+    link = kfd.cpu_link(node)
+    if link is not None:
+        weight = "?" if link[0].weight is None else link[0].weight
+        words += f", PCIe to KFD CPU node {link[1].id} (weight {weight})"
+    peers = kfd.xgmi_peers(node)
+    if peers:
+        words += f", xGMI to {len(peers):,} GPU{'s' if len(peers) != 1 else ''}"
+    return words + "."
+
+
+def _kfd_evidence(kfd: KfdTopology, gpu: Gpu) -> Tuple[Evidence, ...]:
+    """The KFD node's properties the words rest on."""
+    node = kfd.gpu_at(gpu.address)
+    if node is None:
+        return ()
+    return (Evidence(f"{KFD_TOPOLOGY}/nodes/{node.id}/properties",
+                     f"simd_count {node.simd_count}, location_id {node.prop('location_id')}, "
+                     f"mem_banks_count {node.prop('mem_banks_count')}"),)
 
 
 def _evidence(gpu: Gpu) -> Tuple[Evidence, ...]:

@@ -20,6 +20,13 @@ NOT_CHARGED_DETAIL = (
     "The kernel charges the limit only for mlock() and vfio's pinning (VmLck) and for RDMA "
     "registration (VmPin); NVIDIA's driver pins registered host memory without charging it. With "
     "`lock: true` the engine mlocks arena + K/V, and the limit must then hold them.")
+AMD_NOT_CHARGED_DETAIL = NOT_CHARGED_DETAIL.replace(
+    "NVIDIA's driver pins", "amdgpu's KFD pins (hipHostRegister, as an HMM user page range)")
+"""The same words for an AMD compute GPU."""
+
+
+def _not_charged_detail(ctx: HostContext) -> str:
+    return AMD_NOT_CHARGED_DETAIL if ctx.gpu_runtime.stack == "ROCm" else NOT_CHARGED_DETAIL
 
 
 class Memlock(Check):
@@ -29,8 +36,9 @@ class Memlock(Check):
     ``RLIMIT_MEMLOCK`` counts two things of a process, each on its own: what it has
     mlock()ed (``VmLck`` in ``/proc/PID/status``; vfio's pinning counts there too) and what
     RDMA memory registration has pinned (``VmPin``). Past the limit that call fails with
-    ENOMEM or EPERM. Pinning host memory for the GPU (``cudaHostRegister``) is neither:
-    NVIDIA's driver pins the pages without charging the limit, so an arena the engine only
+    ENOMEM or EPERM. Pinning host memory for the GPU (``cudaHostRegister``, or
+    ``hipHostRegister`` on ROCm) is neither: NVIDIA's driver and amdgpu's KFD pin the pages
+    without charging the limit, so an arena the engine only
     registers with its GPU never meets it. The limit matters for the arena when the config
     says ``lock: true`` (mlock of arena + K/V), or when the running engine's ``VmLck`` or
     ``VmPin`` already covers arena + K/V; otherwise the finding says so and why, with
@@ -88,9 +96,9 @@ class Memlock(Check):
         return self.finding(
             "not-charged", Severity.OK,
             f"the arena is not charged to the limit: no `lock: true` (no mlock), and pinning for a "
-            f"GPU (cudaHostRegister) is not charged; the engine may lock {_shown(limit)} "
+            f"GPU ({ctx.gpu_runtime.pin}) is not charged; the engine may lock {_shown(limit)} "
             f"({limit.text}){now}",
-            detail=NOT_CHARGED_DETAIL, evidence=evidence)
+            detail=_not_charged_detail(ctx), evidence=evidence)
 
     def _unknown(self, ctx: HostContext, need: MemlockNeed) -> Finding:
         """No limit to quote: the engine's own limits are not in the tree, and nothing shows
@@ -106,8 +114,8 @@ class Memlock(Check):
             return self.finding(  # whatever the limit is, it does not bind the arena
                 "not-charged", Severity.OK,
                 f"the arena is not charged to the limit: no `lock: true` (no mlock), and pinning for a "
-                f"GPU (cudaHostRegister) is not charged; {where}",
-                detail=NOT_CHARGED_DETAIL, evidence=evidence)
+                f"GPU ({ctx.gpu_runtime.pin}) is not charged; {where}",
+                detail=_not_charged_detail(ctx), evidence=evidence)
         return self.finding(
             "unknown-limit", Severity.WARNING,
             f"{self._why(ctx, need)}, so the limit must hold arena + K/V ({format_bytes(need.need)}), "

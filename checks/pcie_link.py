@@ -6,8 +6,9 @@ from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 from strata_doctor.check import Check, Command
 from strata_doctor.context import HostContext
-from strata_doctor.facts.gpu import Gpu, PcieLink, pcie_speed
+from strata_doctor.facts.gpu import AMD, Gpu, PcieLink, pcie_speed
 from strata_doctor.facts.nvidia_smi import NVIDIA_SMI_QUERY, SmiGpuState
+from strata_doctor.facts.rocm_smi import ROCM_SMI_PRODUCT, ROCM_SMI_TOPO
 from strata_doctor.model import Evidence, Finding, Severity
 from strata_doctor.rules.pcie import LinkReading, link_verdict, read_link
 
@@ -23,7 +24,9 @@ class PcieLinkCheck(Check):
     ``/sys/devices``. The path carries what its slowest link carries: an x16 GPU behind a
     switch whose uplink trained at x8 moves x8. When ``nvidia-smi --query-gpu`` is captured,
     its ``pcie.link.gen.current/max`` and ``pcie.link.width.current/max`` are preferred for
-    the GPU's own link (the driver's view).
+    the GPU's own link (the driver's view). An AMD GPU's link is the kernel's, as for any
+    GPU without nvidia-smi; an MI300X's 32 GT/s x16 is Gen5. The finding names the GPU's
+    model where nvidia-smi, rocm-smi or the ids tell it.
 
     A narrower link than the card supports (x8 in an x16 card, a riser, a slot wired x4), or
     a narrower link above it, is a warning: it cuts expert uploads. A lower speed is only
@@ -38,7 +41,9 @@ class PcieLinkCheck(Check):
 
     def commands(self, ctx: HostContext) -> Sequence[Command]:
         gpu = ctx.placement.gpu if ctx.placement else None
-        return (NVIDIA_SMI_QUERY,) if gpu is not None and gpu.vendor == 0x10DE else ()
+        if gpu is not None and gpu.vendor == 0x10DE:
+            return (NVIDIA_SMI_QUERY,)
+        return (ROCM_SMI_PRODUCT, ROCM_SMI_TOPO) if gpu is not None and gpu.vendor == AMD else ()
 
     def applies(self, ctx: HostContext) -> Optional[str]:
         if ctx.placement is None:
@@ -54,11 +59,13 @@ class PcieLinkCheck(Check):
         reading = read_link(gpu, smi)
         evidence = _evidence(gpu, smi)
         verdict = link_verdict(reading)
+        model = ctx.gpu_names.get(gpu.address)
+        who = f"{gpu.address} ({model})" if model else gpu.address
         if verdict == "full":
-            yield self.finding("full", Severity.OK, f"{gpu.address} link at {reading.now}{_path_short(gpu)}",
+            yield self.finding("full", Severity.OK, f"{who} link at {reading.now}{_path_short(gpu)}",
                                evidence=evidence)
             return
-        summary, detail = _words(gpu, reading, verdict)
+        summary, detail = _words(who, reading, verdict)
         yield self.finding(verdict, Severity.INFO if verdict == "idle-speed" else Severity.WARNING,
                            summary, detail=detail + _path_note(gpu), evidence=evidence)
 
@@ -81,24 +88,24 @@ def _evidence(gpu: Gpu, smi: Optional[SmiGpuState]) -> Tuple[Evidence, ...]:
     return tuple(evidence)
 
 
-def _words(gpu: Gpu, reading: LinkReading, verdict: str) -> Tuple[str, str]:
-    """(summary, detail) of a link that carries less than it could."""
+def _words(who: str, reading: LinkReading, verdict: str) -> Tuple[str, str]:
+    """(summary, detail) of a link that carries less than it could; ``who`` names the GPU."""
     if verdict == "narrow":
-        return (f"{gpu.address} runs at x{reading.width_now} of x{reading.width_max} ({reading.source})",
+        return (f"{who} runs at x{reading.width_now} of x{reading.width_max} ({reading.source})",
                 "Check the slot wiring, risers and BIOS bifurcation settings.")
     if verdict == "idle-speed":
-        return (f"{gpu.address} link at {reading.now} (max {reading.best}, {reading.source}); an idle "
+        return (f"{who} link at {reading.now} (max {reading.best}, {reading.source}); an idle "
                 "GPU trains its link down and raises it under load",
                 "Read it again while the engine computes; a link that stays below its "
                 "maximum under load points at the slot or the BIOS.")
     assert reading.limit is not None
     limit = reading.limit[0]
     if verdict == "narrow-path":
-        return (f"{gpu.address} runs at x{reading.width_now}, but {limit.address} on its path to the "
+        return (f"{who} runs at x{reading.width_now}, but {limit.address} on its path to the "
                 f"root port runs at x{limit.link.current_width}: the GPU gets x{limit.link.current_width}",
                 "A PCIe switch's uplink or a root port trained narrower than the GPU's own "
                 "link; check the switch's slot, its riser and the BIOS bifurcation settings.")
-    return (f"{gpu.address} runs at {reading.now}, but {limit.address} on its path to the root port "
+    return (f"{who} runs at {reading.now}, but {limit.address} on its path to the root port "
             f"runs at {_speed(limit.link)}: the GPU gets {_gen(limit.link.current_gts)}",
             "A PCIe switch or root port above the GPU trained slower than the GPU; "
             "check the BIOS's PCIe speed setting for that slot.")

@@ -23,8 +23,9 @@ class Swap(Check):
     on a cgroup above the engine), as oomd's swap kill: oomd kills the cgroup using the
     most swap once swap is 90% full. Info, or a warning when oomd watches swap. An arena
     the engine locks (``VmLck`` covering it) cannot be swapped, nor can one it registers
-    with its compute GPU (``cudaHostRegister`` pins arena + K/V): reclaim leaves pinned
-    pages in RAM, so with a compute GPU only the engine's other memory can swap. Reads ``SwapTotal``/
+    with its compute GPU (``cudaHostRegister``, ROCm's ``hipHostRegister``, pins arena +
+    K/V): reclaim leaves pinned pages in RAM, so with a compute GPU only the engine's other
+    memory can swap. Reads ``SwapTotal``/
     ``SwapFree`` in ``/proc/meminfo``, ``/proc/swaps``, ``memory.swap.max`` of the engine's
     cgroup and ``MemorySwapMax=`` in its unit's files. The fix is ``MemorySwapMax=0`` in a
     drop-in of the engine's unit (cgroup v2 only; v1 has no per-cgroup swap limit of its own).
@@ -106,9 +107,10 @@ class Swap(Check):
         return self.finding(
             "gpu-pinned", Severity.OK,
             f"{self._on(ctx)}; arena + K/V{size} are pinned for the GPU {pinned.gpu} "
-            "(cudaHostRegister), which keeps them in RAM",
+            f"({ctx.gpu_runtime.pin}), which keeps them in RAM",
             detail="Reclaim cannot free a page pinned for DMA, so the arena stays in RAM while the "
-            "engine runs; only the engine's other memory (its runtime, heap and CUDA context) can go "
+            f"engine runs; only the engine's other memory (its runtime, heap and {ctx.gpu_runtime.stack} "
+            "context) can go "
             "to swap." + oomd,
             evidence=[*evidence, Evidence(f"/sys/bus/pci/devices/{pinned.gpu}", "the compute GPU")])
 

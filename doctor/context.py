@@ -34,7 +34,7 @@ from strata_doctor.facts.engine import (
     read_unit,
     unit_exec_start,
 )
-from strata_doctor.facts.gpu import Gpu, read_gpus, read_pci_functions
+from strata_doctor.facts.gpu import Gpu, read_pci_functions
 from strata_doctor.facts.hugepage_pools import NodePool, read_node_pools
 from strata_doctor.facts.hugepages import HugepageFacts, detect_container, read_hugepages
 from strata_doctor.facts.isolation import IsolationFacts, read_isolation
@@ -88,8 +88,9 @@ class HostContext(EngineGpuFacts, AcceleratorFacts, MemoryNodeFacts, KernelLogFa
 
     @cached_property
     def gpus(self) -> Tuple[Gpu, ...]:
-        """Every display-class PCI function."""
-        return read_gpus(self.root, self.pci_addresses)
+        """Every display-class PCI function and AMD accelerator, integrated GPUs marked
+        (context_accel.py)."""
+        return self.classified_gpus
 
     @cached_property
     def pci_addresses(self) -> Tuple[str, ...]:

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from tests.corpus import Corpus
 
 GOLDEN = REPO / "tests" / "golden" / "map"
-GOLDEN_HOSTS = ("seed-box", "seed-box-mirror", "seed-box-gguf", "xeon-snc2", "no-gpu")
+GOLDEN_HOSTS = ("seed-box", "seed-box-mirror", "seed-box-gguf", "xeon-snc2", "no-gpu",
+                "mi210-8x", "mi300x-8x", "radeon-apu-desktop")
 ALL_HOSTS = sorted(p.name for p in HOSTS.iterdir() if p.is_dir()) if HOSTS.is_dir() else []
 SUFFIX = {"text": "txt", "mermaid": "mmd", "json": "json"}
 

@@ -107,7 +107,8 @@ class PathLink(NamedTuple):
 
 
 class Gpu(NamedTuple):
-    """A display or 3D controller (PCI class 0x03xxxx), from ``/sys/bus/pci/devices/ADDR/``."""
+    """A display or 3D controller (PCI class 0x03xxxx), or an AMD accelerator that amdgpu
+    drives (class 0x12, an Instinct MI300X), from ``/sys/bus/pci/devices/ADDR/``."""
 
     address: str
     """PCI address, ``0000:84:00.0``."""
@@ -138,6 +139,9 @@ class Gpu(NamedTuple):
     path: Tuple[PathLink, ...] = ()
     """The functions above this one up to its root port (upstream bridges, nearest first),
     from the device's folder under ``/sys/devices``; empty when the path is not known."""
+    integrated: Optional[str] = None
+    """What the GPU is when it is a CPU's integrated GPU (an APU's, by the KFD topology, or
+    Intel's): never the compute GPU unless named. Set by the context, not read here."""
 
     @property
     def management(self) -> Optional[str]:
@@ -149,6 +153,12 @@ class Gpu(NamedTuple):
             if self.vendor == vendor and device in (None, self.device):
                 return name
         return None
+
+    @property
+    def set_aside(self) -> Optional[str]:
+        """Why the GPU is never taken as the compute GPU unless named: a management or
+        emulated display, or an integrated GPU; None for a GPU that may compute."""
+        return self.management or self.integrated
 
     @property
     def path_minimum(self) -> Optional[Tuple[PathLink, str]]:
@@ -219,9 +229,21 @@ def read_pci_functions(root: Root) -> Tuple[str, ...]:
     return tuple(root.listdir(PCI_DIR))
 
 
-def read_gpus(root: Root, functions: Optional[Sequence[str]] = None) -> Tuple[Gpu, ...]:
+AMD = 0x1002
+AMD_COMPUTE_CLASSES = (0x0300, 0x0302, 0x0380, 0x1200)
+"""The classes (base and sub-class) of AMD's GPUs that amdgpu drives: VGA (Radeon, APUs),
+3D (older Instinct), display "other" (MI210) and processing accelerator (MI300X)."""
+ACCELERATOR = 0x12
+"""PCI base class of processing accelerators: a GPU only when AMD's amdgpu drives it or
+``--gpu`` names it (Gaudi, NPUs and FPGAs share the class)."""
+
+
+def read_gpus(root: Root, functions: Optional[Sequence[str]] = None,
+              named: Optional[str] = None) -> Tuple[Gpu, ...]:
     """Read every display-class PCI function through ``root``, of ``functions`` when the
-    listing is already read."""
+    listing is already read, and every AMD accelerator amdgpu drives; a processing
+    accelerator of another vendor only when ``named`` (``--gpu``) is its address."""
+    wanted = normalize_address(named) if named else None
     gpus = []
     for address in read_pci_functions(root) if functions is None else functions:
         base = f"{PCI_DIR}/{address}"
@@ -229,10 +251,23 @@ def read_gpus(root: Root, functions: Optional[Sequence[str]] = None) -> Tuple[Gp
         source = "class"
         if pci_class is None and root.reads.get(f"{base}/class") == "missing":
             pci_class, source = modalias_class(root.read_value(f"{base}/modalias")), "modalias"
-        if pci_class is None or pci_class >> 16 != 0x03:
+        if pci_class is None or not _gpu_class(root, base, pci_class, address == wanted):
             continue
         gpus.append(_read_gpu(root, address, pci_class)._replace(class_source=source))
     return tuple(gpus)
+
+
+def _gpu_class(root: Root, base: str, pci_class: int, named: bool) -> bool:
+    """Whether a function of this class is a GPU: any display/3D controller, and a
+    processing accelerator that is AMD's under amdgpu or that ``--gpu`` names."""
+    if pci_class >> 16 == 0x03:
+        return True
+    if pci_class >> 16 != ACCELERATOR:
+        return False
+    if named:
+        return True
+    return (pci_class >> 8 in AMD_COMPUTE_CLASSES and parse_int(root.read(f"{base}/vendor")) == AMD
+            and root.link_name(f"{base}/driver") == "amdgpu")
 
 
 def modalias_class(text: Optional[str]) -> Optional[int]:

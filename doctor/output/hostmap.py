@@ -72,8 +72,8 @@ class MapGpu(NamedTuple):
     boot_display: bool
     """The firmware's boot display (``boot_vga``)."""
     management: Optional[str] = None
-    """What it is when it is a BMC's or a hypervisor's display set aside as no compute GPU
-    (:func:`~strata_doctor.rules.gpu.compute_candidates`, as gpu-placement decides):
+    """What it is when it is a BMC's or a hypervisor's display, or an integrated GPU, set
+    aside as no compute GPU (:func:`~strata_doctor.rules.gpu.compute_candidates`, as gpu-placement decides):
     ``a BMC's ASPEED VGA``; None for a GPU that may compute, or one ``--gpu`` names."""
 
     @property
@@ -226,11 +226,10 @@ def map_nodes(ctx: HostContext, plan: NumaPlan) -> List[MapNode]:
 
 
 def gpu_models(ctx: HostContext) -> Mapping[str, str]:
-    """NVIDIA GPUs' names from nvidia-smi's GPU query (``ctx.smi_query``, replayed under a
-    captured root), asked only when the host has an NVIDIA GPU."""
-    if not any(gpu.vendor == 0x10DE for gpu in ctx.gpus):
-        return {}
-    return {address: row.name for address, row in ctx.smi_query.items() if row.name}
+    """GPUs' names (``ctx.gpu_names``): nvidia-smi's GPU query or rocm-smi's product name
+    (replayed under a captured root), asked only when the host has such a GPU, else the
+    model table's."""
+    return ctx.gpu_names
 
 
 def gpu_list(ctx: HostContext, models: Mapping[str, str]) -> Tuple[MapGpu, ...]:
@@ -251,7 +250,7 @@ def gpu_list(ctx: HostContext, models: Mapping[str, str]) -> Tuple[MapGpu, ...]:
             link=gpu.link.text,  # facts.PcieLink.text: the one way a link is written
             compute=gpu.address == compute,
             boot_display=bool(gpu.boot_vga),
-            management=gpu.management if gpu.address in aside and gpu.address != compute else None,
+            management=gpu.set_aside if gpu.address in aside and gpu.address != compute else None,
         ))
     gpus.sort(key=lambda g: (not g.compute, g.address))
     return tuple(gpus)

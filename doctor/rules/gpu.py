@@ -2,7 +2,9 @@
 
 from typing import List, NamedTuple, Optional, Tuple
 
-from strata_doctor.facts.gpu import Gpu, normalize_address
+from strata_doctor.facts.gpu import AMD, Gpu, normalize_address
+from strata_doctor.facts.gpu_models import APU_GPUS, gpu_model
+from strata_doctor.facts.kfd import KfdNode
 from strata_doctor.facts.numa import NumaFacts
 from strata_doctor.facts.parse import format_cpulist
 
@@ -27,19 +29,30 @@ class GpuChoiceError(Exception):
 
 
 class ComputeCandidates(NamedTuple):
-    """The GPUs that may compute, and the management or emulated displays set aside."""
+    """The GPUs that may compute, and the management or emulated displays and the
+    integrated GPUs set aside."""
 
     candidates: Tuple[Gpu, ...]
-    """Functions that are no BMC's or hypervisor's display chip."""
+    """Functions that are no BMC's or hypervisor's display chip and no CPU's integrated GPU."""
     left_out: Tuple[Gpu, ...]
-    """BMC and emulated displays: never a compute GPU unless ``--gpu`` names one."""
+    """BMC and emulated displays, integrated GPUs: never a compute GPU unless ``--gpu`` names
+    one."""
 
     @property
     def aside(self) -> str:
         """What the reason adds about the displays set aside (empty when none were)."""
         if not self.left_out:
             return ""
-        return "; " + ", ".join(f"{g.address} is {g.management}" for g in self.left_out)
+        return "; " + ", ".join(f"{g.address} is {g.set_aside}" for g in self.left_out)
+
+    @property
+    def kinds(self) -> str:
+        """What was set aside, as the reason's "not a ..." names it."""
+        displays = any(g.management for g in self.left_out)
+        integrated = any(g.integrated and not g.management for g in self.left_out)
+        if displays and integrated:
+            return "a management or emulated display or an integrated GPU"
+        return "an integrated GPU" if integrated else "a management or emulated display"
 
 
 NO_GPU = "no GPU found"
@@ -62,7 +75,7 @@ def choose_compute_gpu(
         return None, NO_GPU if pci_listed else NO_PCI
     split = compute_candidates(gpus)
     if not split.candidates:
-        chips = "; ".join(f"{g.address} ({g.vendor_name} {g.ids}) is {g.management}" for g in gpus)
+        chips = "; ".join(f"{g.address} ({g.vendor_name} {g.ids}) is {g.set_aside}" for g in gpus)
         return None, f"no compute GPU: {chips}, never a compute GPU unless --gpu names it"
     gpu, reason = _pick(split)
     return gpu, reason + split.aside
@@ -82,15 +95,37 @@ def named_gpu(gpus: Tuple[Gpu, ...], wanted: str, named_by: str, setting: str) -
 
 
 def compute_candidates(gpus: Tuple[Gpu, ...]) -> ComputeCandidates:
-    """Split the display functions into possible compute GPUs and management displays."""
-    return ComputeCandidates(tuple(g for g in gpus if g.management is None),
-                             tuple(g for g in gpus if g.management is not None))
+    """Split the display functions into possible compute GPUs and those set aside: management
+    displays and integrated GPUs (:func:`integrated_gpu`, which the context applies)."""
+    return ComputeCandidates(tuple(g for g in gpus if g.set_aside is None),
+                             tuple(g for g in gpus if g.set_aside is not None))
+
+
+INTEL = 0x8086
+INTEL_GPU_DRIVERS = ("i915", "xe")
+
+
+def integrated_gpu(gpu: Gpu, kfd_node: Optional[KfdNode]) -> Optional[str]:
+    """What ``gpu`` is when it is a CPU's integrated GPU, else None: an AMD GPU whose KFD node
+    has SIMDs and no VRAM bank (an APU's: it computes out of host RAM, so an expert cache on
+    it caches nothing), one the model table knows as an APU's where no KFD node shows it, or
+    an Intel GPU under i915 or xe at 00:02.0, the address Intel's
+    integrated graphics always take (a discrete Arc card sits behind a bridge, on another
+    bus)."""
+    if gpu.vendor == AMD and kfd_node is not None and kfd_node.integrated:
+        return (f"an APU's integrated GPU (KFD node {kfd_node.id}: simd_count {kfd_node.simd_count}, "
+                "no VRAM bank)")
+    if kfd_node is None and (gpu.vendor, gpu.device) in APU_GPUS:
+        return f"an APU's integrated GPU ({gpu_model(gpu.vendor, gpu.device)}, {gpu.ids})"
+    if gpu.vendor == INTEL and gpu.driver in INTEL_GPU_DRIVERS and gpu.address.endswith(":00:02.0"):
+        return f"an Intel integrated GPU ({gpu.driver})"
+    return None
 
 
 def _pick(split: ComputeCandidates) -> Tuple[Gpu, str]:
     """The only possible compute GPU, or the best of several."""
     if len(split.candidates) == 1:
-        return split.candidates[0], ("the only GPU that is not a management or emulated display"
+        return split.candidates[0], (f"the only GPU that is not {split.kinds}"
                                      if split.left_out else "the only GPU")
     return _among_several(split.candidates)
 
