@@ -9,7 +9,7 @@ the context's facts declares it under ``TYPE_CHECKING`` as a read-only property 
 from functools import cached_property
 from typing import TYPE_CHECKING, Dict, NamedTuple, Optional, Tuple
 
-from strata_doctor.facts.gpu import AMD, Gpu, normalize_address, read_gpus
+from strata_doctor.facts.gpu import AMD, NVIDIA, Gpu, normalize_address, read_gpus
 from strata_doctor.facts.gpu_models import gpu_model
 from strata_doctor.facts.kfd import NO_TOPOLOGY, KfdTopology, read_kfd
 from strata_doctor.facts.rocm_smi import RocmGpu, read_rocm_gpus
@@ -19,9 +19,6 @@ from strata_doctor.rules.gpu import integrated_gpu
 if TYPE_CHECKING:
     from strata_doctor.facts.nvidia_smi import SmiGpuState
     from strata_doctor.rules.gpu import GpuPlacement
-
-NVIDIA = 0x10DE
-
 
 class GpuRuntime(NamedTuple):
     """The words of the compute GPU's runtime: what pins host memory, the stack, its tool."""
@@ -93,11 +90,22 @@ class AcceleratorFacts:
         (facts/gpu_models.py); a GPU none of them knows is left out."""
         names = {g.address: name for g in self.gpus
                  for name in (gpu_model(g.vendor, g.device),) if name is not None}
-        if any(g.vendor == NVIDIA for g in self.gpus):
-            names.update({normalize_address(a): row.name for a, row in self.smi_query.items() if row.name})
+        names.update(self._smi_names())
+        names.update(self._rocm_names())
+        return names
+
+    def _smi_names(self) -> Dict[str, str]:
+        """nvidia-smi's GPU names, asked only where an NVIDIA GPU is on the bus."""
+        if not any(g.vendor == NVIDIA for g in self.gpus):
+            return {}
+        return {normalize_address(a): row.name for a, row in self.smi_query.items() if row.name}
+
+    def _rocm_names(self) -> Dict[str, str]:
+        """rocm-smi's product names, by the bus it prints or else by its KFD node."""
         by_node = {n.id: n.address for n in self.kfd.nodes if n.address}
+        names = {}
         for row in self.rocm_gpus:
-            address = row.bus or by_node.get(row.kfd_node if row.kfd_node is not None else -1)
+            address = row.bus or (by_node.get(row.kfd_node) if row.kfd_node is not None else None)
             if address and row.series:
                 names[normalize_address(address)] = row.series
         return names

@@ -229,7 +229,9 @@ def read_pci_functions(root: Root) -> Tuple[str, ...]:
     return tuple(root.listdir(PCI_DIR))
 
 
+NVIDIA = 0x10DE
 AMD = 0x1002
+INTEL = 0x8086
 AMD_COMPUTE_CLASSES = (0x0300, 0x0302, 0x0380, 0x1200)
 """The classes (base and sub-class) of AMD's GPUs that amdgpu drives: VGA (Radeon, APUs),
 3D (older Instinct), display "other" (MI210) and processing accelerator (MI300X)."""

@@ -2,7 +2,7 @@
 
 from typing import List, NamedTuple, Optional, Tuple
 
-from strata_doctor.facts.gpu import AMD, Gpu, normalize_address
+from strata_doctor.facts.gpu import AMD, INTEL, Gpu, normalize_address
 from strata_doctor.facts.gpu_models import APU_GPUS, gpu_model
 from strata_doctor.facts.kfd import KfdNode
 from strata_doctor.facts.numa import NumaFacts
@@ -101,7 +101,6 @@ def compute_candidates(gpus: Tuple[Gpu, ...]) -> ComputeCandidates:
                              tuple(g for g in gpus if g.set_aside is not None))
 
 
-INTEL = 0x8086
 INTEL_GPU_DRIVERS = ("i915", "xe")
 
 
