@@ -29,3 +29,12 @@ def test_engine_variable_names() -> None:
         assert engine_variable(name), name
     for name in ("HF_TOKEN", "PATH", "AWS_SECRET_ACCESS_KEY", "cuda_visible_devices", "XCUDA_X"):
         assert not engine_variable(name), name
+
+
+def test_a_bundle_keeps_only_the_engine_variables_values() -> None:
+    from strata_doctor.output.bundle import Entry
+    from strata_doctor.output.bundle_write import _scrub_environ
+
+    data = b"HF_TOKEN=hf_secret\0CUDA_VISIBLE_DEVICES=5\0PATH=/usr/bin\0OMP_PROC_BIND=close\0BARE\0"
+    kept = _scrub_environ(Entry("/proc/4242/environ", "file", data)).data
+    assert kept == b"HF_TOKEN=\0CUDA_VISIBLE_DEVICES=5\0PATH=\0OMP_PROC_BIND=close\0BARE\0"
