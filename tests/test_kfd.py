@@ -183,3 +183,12 @@ def test_the_mi210_fixture_is_two_hives_of_four() -> None:
         # the KFD CPU node of each GPU is its socket: the sysfs numa_node says the same
         numa = (HOSTS / "mi210-8x" / "sys/bus/pci/devices" / str(gpu.address) / "numa_node").read_text()
         assert int(numa) == cpu
+
+
+def test_a_hostile_run_of_digits_is_left_out_not_a_crash() -> None:
+    from strata_doctor.facts.rocm_smi import parse_rocm_product, parse_rocm_topo_nodes
+
+    digits = "9" * 5000
+    assert parse_kfd_properties(f"simd_count {digits}\nlocation_id 768\n") == {"location_id": 768}
+    assert parse_rocm_product(f"GPU[{digits}]\t\t: Card Series: \t\tAMD Instinct MI210\n") == ()
+    assert parse_rocm_topo_nodes(f"GPU[0]\t\t: (Topology) Numa Node: {digits}\n") == {}

@@ -148,11 +148,12 @@ NO_TOPOLOGY = KfdTopology((), None, read=False)
 
 def parse_kfd_properties(text: str) -> Dict[str, int]:
     """``name value`` lines into a dict; a line that is not a name and an unsigned number
-    (a truncated capture, a value in another form) is left out rather than guessed."""
+    of at most 20 digits (the kernel prints u64s; a truncated capture, a value in another
+    form) is left out rather than guessed."""
     props: Dict[str, int] = {}
     for line in text.splitlines():
         words = line.split()
-        if len(words) == 2 and words[1].isdigit() and words[1].isascii():
+        if len(words) == 2 and len(words[1]) <= 20 and words[1].isdigit() and words[1].isascii():
             props.setdefault(words[0], int(words[1]))
     return props
 
@@ -171,7 +172,7 @@ def parse_io_link(text: str) -> KfdIoLink:
 
 def _numbered(names: List[str]) -> List[int]:
     """The numeric folder names, in order (sysfs lists ``10`` before ``2``)."""
-    return sorted(int(n) for n in names if n.isdigit() and n.isascii())
+    return sorted(int(n) for n in names if n.isdigit() and n.isascii() and len(n) <= 9)
 
 
 def read_kfd(root: Root) -> KfdTopology:

@@ -19,7 +19,9 @@ ROCM_SMI_PRODUCT = Command("rocm-smi-showproductname",
 ROCM_SMI_TOPO = Command("rocm-smi-showtopo", ("rocm-smi", "--showtopo"), timeout=10.0)
 """The GPUs' link types and weights between each other and each GPU's ``Numa Node``."""
 
-_LINE = re.compile(r"^GPU\[(\d+)\]\s*:\s*(.+?):\s*(.*?)\s*$")
+# Indices and nodes are small: a run of digits longer than nine is garbage, and bounding it
+# keeps int() from refusing a hostile capture's thousands of digits.
+_LINE = re.compile(r"^GPU\[([0-9]{1,9})\]\s*:\s*(.+?):\s*(.*?)\s*$")
 
 
 class RocmGpu(NamedTuple):
@@ -68,7 +70,7 @@ def parse_rocm_topo_nodes(text: str) -> Dict[int, int]:
     nodes: Dict[int, int] = {}
     for index, fields in _fields(text).items():
         value = fields.get("(topology) numa node")
-        if value is not None and re.fullmatch(r"-?\d+", value):
+        if value is not None and re.fullmatch(r"-?[0-9]{1,9}", value):
             nodes[index] = int(value)
     return nodes
 
