@@ -18,15 +18,13 @@ SYSTEMD_DEFAULT = 8 * 1024**2
 
 NOT_CHARGED_DETAIL = (
     "The kernel charges the limit only for mlock() and vfio's pinning (VmLck) and for RDMA "
-    "registration (VmPin); NVIDIA's driver pins registered host memory without charging it. With "
+    "registration (VmPin); {pins} registered host memory without charging it. With "
     "`lock: true` the engine mlocks arena + K/V, and the limit must then hold them.")
-AMD_NOT_CHARGED_DETAIL = NOT_CHARGED_DETAIL.replace(
-    "NVIDIA's driver pins", "amdgpu's KFD pins (hipHostRegister, as an HMM user page range)")
-"""The same words for an AMD compute GPU."""
+"""Why the arena is not charged, with what pins it for the compute GPU's runtime."""
 
 
 def _not_charged_detail(ctx: HostContext) -> str:
-    return AMD_NOT_CHARGED_DETAIL if ctx.gpu_runtime.stack == "ROCm" else NOT_CHARGED_DETAIL
+    return NOT_CHARGED_DETAIL.format(pins=ctx.gpu_runtime.pins)
 
 
 class Memlock(Check):

@@ -29,10 +29,13 @@ class GpuRuntime(NamedTuple):
     """``CUDA`` or ``ROCm``."""
     tool: str
     """``nvidia-smi`` or ``rocm-smi``."""
+    pins: str
+    """What pins registered host memory, as a sentence says it: ``NVIDIA's driver pins``."""
 
 
-CUDA = GpuRuntime("cudaHostRegister", "CUDA", "nvidia-smi")
-ROCM = GpuRuntime("hipHostRegister", "ROCm", "rocm-smi")
+CUDA = GpuRuntime("cudaHostRegister", "CUDA", "nvidia-smi", "NVIDIA's driver pins")
+ROCM = GpuRuntime("hipHostRegister", "ROCm", "rocm-smi",
+                  "amdgpu's KFD pins (hipHostRegister, as an HMM user page range)")
 
 
 class AcceleratorFacts:
