@@ -73,10 +73,27 @@ for part in pyproject.toml README.md doctor checks templates docs/checks; do
 done
 find "$scratch/src" -name __pycache__ -prune -exec rm -rf {} +
 
-python3 -m venv "$prefix" || die "python3 -m venv $prefix failed"
+# --clear: the prefix holds this install alone, and a rerun may come with another Python
+# (a venv made by one cannot be re-made in place by another).
+python3 -m venv --clear "$prefix" || die "python3 -m venv $prefix failed"
 # Quiet: pip's errors still show, its progress does not.
 PIP_DISABLE_PIP_VERSION_CHECK=1 "$prefix/bin/pip" install -q "$scratch/src" ||
     die "pip install into $prefix failed (see pip's message above)"
 mkdir -p "$(dirname "$link")"
 ln -sf "$prefix/bin/strata-doctor" "$link"
 say "installed $link -> $prefix/bin/strata-doctor"
+
+# A system-wide install is for every user, but its virtual environment runs the Python it
+# was made with: one below a folder only its owner may enter (root's pyenv in /root) leaves
+# the command to root alone. Say so rather than leave others a bare "Permission denied".
+if [ "$mode" = system ]; then
+    interpreter=$(readlink -f "$prefix/bin/python3")
+    dir=$(dirname "$interpreter")
+    while [ "$dir" != / ]; do
+        if [ -z "$(find "$dir" -maxdepth 0 -perm -o=x)" ]; then
+            say "warning: only root can run it: its Python, $interpreter, is below $dir, which other users may not enter; for every user, run this again with the system's python3 first on PATH (PATH=/usr/bin:\$PATH sh install.sh)"
+            break
+        fi
+        dir=$(dirname "$dir")
+    done
+fi
